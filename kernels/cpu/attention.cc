@@ -1,0 +1,156 @@
+#include "kernels/cpu/attention.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/elementwise.h"
+
+namespace choreo::kernels::cpu {
+
+namespace {
+
+#define CHOREO_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+constexpr int kMaxRowsPerTile = 16;   // query rows of one group handled together
+constexpr int kMaxHeadDim = 256;
+constexpr int kMaxPageTokens = 256;
+
+/// One unit of work: some query rows of a group, for the query heads that share one KV head.
+struct Tile {
+  const AttentionGroup* group;
+  int row_begin, row_end;  // absolute query rows
+  int kv_head;
+};
+
+/// S[i][j] = sum_d Q[i][d] * Kt[d][j] for a tile of nq query vectors against n_keys keys (Kt: [head_dim][ld]).
+CHOREO_MULTIVERSION
+void scores_tile(const float* qs, int nq, const float* kt, int n_keys, int ld, int head_dim, float scale,
+                 float* s) {
+  for (int i = 0; i < nq; ++i) {
+    float* si = s + size_t(i) * ld;
+    for (int j = 0; j < ld; ++j) si[j] = 0.0f;
+    const float* qi = qs + size_t(i) * head_dim;
+    for (int d = 0; d < head_dim; ++d) {
+      float qd = qi[d];
+      const float* kd = kt + size_t(d) * ld;
+      for (int j = 0; j < ld; ++j) si[j] += qd * kd[j];
+    }
+    for (int j = 0; j < n_keys; ++j) si[j] *= scale;
+  }
+}
+
+/// acc[i] = acc[i] * corr[i] + sum_j P[i][j] V[j] for nq rows; V rows are strided by v_stride floats.
+CHOREO_MULTIVERSION
+void accumulate_tile(float* acc, const float* corr, const float* p, int nq, int ld, const float* v,
+                     size_t v_stride, int n_keys, int head_dim) {
+  for (int i = 0; i < nq; ++i) {
+    float* ai = acc + size_t(i) * head_dim;
+    float c = corr[i];
+    for (int d = 0; d < head_dim; ++d) ai[d] *= c;
+    const float* pi = p + size_t(i) * ld;
+    for (int j = 0; j < n_keys; ++j) {
+      float w = pi[j];
+      if (w == 0.0f) continue;
+      const float* vj = v + size_t(j) * v_stride;
+      for (int d = 0; d < head_dim; ++d) ai[d] += w * vj[d];
+    }
+  }
+}
+
+void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const KvLayout& kv,
+              const RopeParams& rope, float scale, float* out) {
+  const int head_dim = kv.head_dim;
+  const int heads_per_kv = n_heads / kv.n_kv_heads;
+  const int n_rows = tile.row_end - tile.row_begin;
+  const int nq = n_rows * heads_per_kv;  // query vectors in the tile, row-major then head
+  const int ld = kv.page_tokens;
+  const size_t q_stride = size_t(n_heads) * head_dim;
+  const size_t kv_dim = size_t(kv.kv_dim());
+
+  std::vector<float> q_base(size_t(nq) * head_dim), q_rot(size_t(nq) * head_dim);
+  std::vector<float> acc(size_t(nq) * head_dim, 0.0f), kt(size_t(head_dim) * ld), s(size_t(nq) * ld);
+  std::vector<float> m(nq, -std::numeric_limits<float>::infinity()), l(nq, 0.0f), corr(nq);
+
+  for (int r = 0; r < n_rows; ++r)
+    for (int hh = 0; hh < heads_per_kv; ++hh) {
+      int h = tile.kv_head * heads_per_kv + hh;
+      const float* src = q + size_t(tile.row_begin + r) * q_stride + size_t(h) * head_dim;
+      std::copy(src, src + head_dim, q_base.begin() + size_t(r * heads_per_kv + hh) * head_dim);
+    }
+
+  for (const KvSegment& seg : tile.group->segments) {
+    const float* qs = q_base.data();
+    if (seg.delta != 0) {
+      // Keys were rotated at their encoded positions; the segment sits `delta` later. Rotating the query by
+      // -delta gives the same score as re-rotating every key by +delta.
+      q_rot = q_base;
+      for (int i = 0; i < nq; ++i) rope_head(q_rot.data() + size_t(i) * head_dim, head_dim, -int64_t(seg.delta), rope);
+      qs = q_rot.data();
+    }
+    // The farthest any row of this tile can see in this segment.
+    int row0 = tile.row_begin - tile.group->q_begin;
+    int visible_max = seg.causal_base >= 0 ? std::min(seg.n_tokens, seg.causal_base + row0 + n_rows) : seg.n_tokens;
+    for (int t0 = 0; t0 < visible_max; t0 += kv.page_tokens) {
+      const float* page = seg.pages[t0 / kv.page_tokens];
+      int n_keys = std::min(kv.page_tokens, visible_max - t0);
+      const float* k = page + kv.k_offset(layer, 0) + size_t(tile.kv_head) * head_dim;
+      const float* v = page + kv.v_offset(layer, 0) + size_t(tile.kv_head) * head_dim;
+      for (int j = 0; j < n_keys; ++j)
+        for (int d = 0; d < head_dim; ++d) kt[size_t(d) * ld + j] = k[j * kv_dim + d];
+      for (int j = n_keys; j < ld; ++j)
+        for (int d = 0; d < head_dim; ++d) kt[size_t(d) * ld + j] = 0.0f;
+      scores_tile(qs, nq, kt.data(), n_keys, ld, head_dim, scale, s.data());
+      for (int i = 0; i < nq; ++i) {
+        float* si = s.data() + size_t(i) * ld;
+        int row = row0 + i / heads_per_kv;
+        int limit = seg.causal_base >= 0 ? std::min(n_keys, seg.causal_base + row + 1 - t0) : n_keys;
+        if (limit <= 0) {
+          corr[i] = 1.0f;
+          std::fill(si, si + ld, 0.0f);
+          continue;
+        }
+        float mx = m[i];
+        for (int j = 0; j < limit; ++j) mx = std::max(mx, si[j]);
+        float c = std::exp(m[i] - mx);  // exp(-inf) = 0 on the first page
+        float sum = 0.0f;
+        for (int j = 0; j < limit; ++j) {
+          si[j] = std::exp(si[j] - mx);
+          sum += si[j];
+        }
+        for (int j = limit; j < ld; ++j) si[j] = 0.0f;
+        l[i] = l[i] * c + sum;
+        m[i] = mx;
+        corr[i] = c;
+      }
+      accumulate_tile(acc.data(), corr.data(), s.data(), nq, ld, v, kv_dim, n_keys, head_dim);
+    }
+  }
+
+  for (int r = 0; r < n_rows; ++r)
+    for (int hh = 0; hh < heads_per_kv; ++hh) {
+      int i = r * heads_per_kv + hh;
+      int h = tile.kv_head * heads_per_kv + hh;
+      float* dst = out + size_t(tile.row_begin + r) * q_stride + size_t(h) * head_dim;
+      float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+      for (int d = 0; d < head_dim; ++d) dst[d] = acc[size_t(i) * head_dim + d] * inv;
+    }
+}
+
+}  // namespace
+
+void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& kv,
+               std::span<const AttentionGroup> groups, const RopeParams& rope, float scale, float* out) {
+  assert(kv.head_dim <= kMaxHeadDim && kv.page_tokens <= kMaxPageTokens);
+  assert(n_heads % kv.n_kv_heads == 0);
+  std::vector<Tile> tiles;
+  for (const AttentionGroup& g : groups)
+    for (int r = g.q_begin; r < g.q_end; r += kMaxRowsPerTile)
+      for (int h = 0; h < kv.n_kv_heads; ++h) tiles.push_back({&g, r, std::min(g.q_end, r + kMaxRowsPerTile), h});
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t i = 0; i < tiles.size(); ++i) run_tile(tiles[i], layer, q, n_heads, kv, rope, scale, out);
+}
+
+}  // namespace choreo::kernels::cpu

@@ -1,0 +1,54 @@
+// The CPU implementation of kernels::Backend: matrix products from kernels/cpu/matmul, attention and
+// elementwise ops from their own files. Threads are OpenMP's, sized by set_threads.
+
+#include <omp.h>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/matmul.h"
+
+namespace choreo::kernels {
+
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int n_threads) { set_threads(n_threads); }
+
+  std::string name() const override { return "cpu"; }
+  void set_threads(int n_threads) override {
+    n_threads_ = n_threads > 0 ? n_threads : omp_get_num_procs();
+    omp_set_num_threads(n_threads_);
+  }
+  int threads() const override { return n_threads_; }
+
+  void matmul(const Weight& w, const float* x, int n, float* y) override { cpu::matmul(w, x, n, y); }
+  void embed(const Weight& table, std::span<const int32_t> ids, float* out) override {
+    cpu::dequantize_rows(table, ids, out);
+  }
+  void rmsnorm(const float* x, const float* weight, int n, int dim, float eps, float* out) override {
+    cpu::rmsnorm(x, weight, n, dim, eps, out);
+  }
+  void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const RopeParams& p) override {
+    cpu::rope(x, n, n_heads, head_dim, pos, p);
+  }
+  void swiglu(const float* gate, const float* up, size_t n, float* out) override {
+    cpu::swiglu(gate, up, n, out);
+  }
+  void add(float* x, const float* y, size_t n) override { cpu::add(x, y, n); }
+  void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& kv,
+                 std::span<const AttentionGroup> groups, const RopeParams& rope, float scale,
+                 float* out) override {
+    cpu::attention(layer, q, n_q, n_heads, kv, groups, rope, scale, out);
+  }
+
+ private:
+  int n_threads_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
+
+}  // namespace choreo::kernels

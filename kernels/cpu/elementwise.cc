@@ -1,0 +1,120 @@
+#include "kernels/cpu/elementwise.h"
+
+#include <cmath>
+#include <vector>
+
+#include <omp.h>
+
+namespace choreo::kernels::cpu {
+
+#define CHOREO_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+CHOREO_MULTIVERSION
+static float sum_squares(const float* x, int dim) {
+  // Eight partial sums so the compiler can vectorise without -ffast-math.
+  float acc[16] = {};
+  int i = 0;
+  for (; i + 16 <= dim; i += 16)
+    for (int j = 0; j < 16; ++j) acc[j] += x[i + j] * x[i + j];
+  float total = 0.0f;
+  for (int j = 0; j < 16; ++j) total += acc[j];
+  for (; i < dim; ++i) total += x[i] * x[i];
+  return total;
+}
+
+CHOREO_MULTIVERSION
+static void scale_mul(const float* x, const float* weight, float scale, int dim, float* out) {
+  for (int i = 0; i < dim; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+void rmsnorm(const float* x, const float* weight, int n, int dim, float eps, float* out) {
+#pragma omp parallel for schedule(static) if (n > 8)
+  for (int r = 0; r < n; ++r) {
+    const float* xr = x + size_t(r) * dim;
+    float mean = sum_squares(xr, dim) / float(dim);
+    scale_mul(xr, weight, 1.0f / std::sqrt(mean + eps), dim, out + size_t(r) * dim);
+  }
+}
+
+CHOREO_MULTIVERSION
+static void swiglu_range(const float* gate, const float* up, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i) {
+    float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void swiglu(const float* gate, const float* up, size_t n, float* out) {
+  constexpr size_t kChunk = 4096;
+  size_t n_chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n_chunks > 1)
+  for (size_t c = 0; c < n_chunks; ++c) {
+    size_t b = c * kChunk, e = std::min(n, b + kChunk);
+    swiglu_range(gate + b, up + b, e - b, out + b);
+  }
+}
+
+CHOREO_MULTIVERSION
+void add(float* x, const float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+static void inverse_frequencies(const RopeParams& p, double* inv_freq) {
+  int half = p.n_dims / 2;
+  for (int i = 0; i < half; ++i) {
+    inv_freq[i] = std::pow(double(p.freq_base), -2.0 * i / double(p.n_dims));
+    if (p.freq_factors) inv_freq[i] /= double(p.freq_factors[i]);
+  }
+}
+
+static void angles_from(int64_t pos, int half, const double* inv_freq, float* cos_out, float* sin_out) {
+  // Angles in double, rounded once: theta_i = pos * base^(-2i/n_dims) / factor_i.
+  for (int i = 0; i < half; ++i) {
+    double theta = double(pos) * inv_freq[i];
+    cos_out[i] = float(std::cos(theta));
+    sin_out[i] = float(std::sin(theta));
+  }
+}
+
+void rope_angles(int64_t pos, const RopeParams& p, float* cos_out, float* sin_out) {
+  double inv_freq[kMaxRopePairs];
+  inverse_frequencies(p, inv_freq);
+  angles_from(pos, p.n_dims / 2, inv_freq, cos_out, sin_out);
+}
+
+static void rotate_head(float* h, const float* c, const float* s, const RopeParams& p) {
+  int half = p.n_dims / 2;
+  if (p.layout == RopeParams::Layout::Interleaved) {
+    for (int i = 0; i < half; ++i) {
+      float x0 = h[2 * i], x1 = h[2 * i + 1];
+      h[2 * i] = x0 * c[i] - x1 * s[i];
+      h[2 * i + 1] = x0 * s[i] + x1 * c[i];
+    }
+  } else {
+    for (int i = 0; i < half; ++i) {
+      float x0 = h[i], x1 = h[i + half];
+      h[i] = x0 * c[i] - x1 * s[i];
+      h[i + half] = x0 * s[i] + x1 * c[i];
+    }
+  }
+}
+
+void rope_head(float* head, int head_dim, int64_t pos, const RopeParams& p) {
+  float c[kMaxRopePairs], s[kMaxRopePairs];
+  rope_angles(pos, p, c, s);
+  rotate_head(head, c, s, p);
+}
+
+void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const RopeParams& p) {
+  double inv_freq[kMaxRopePairs];
+  inverse_frequencies(p, inv_freq);
+#pragma omp parallel for schedule(static) if (n > 4)
+  for (int r = 0; r < n; ++r) {
+    float c[kMaxRopePairs], s[kMaxRopePairs];
+    angles_from(pos[r], p.n_dims / 2, inv_freq, c, s);
+    float* row = x + size_t(r) * n_heads * head_dim;
+    for (int h = 0; h < n_heads; ++h) rotate_head(row + size_t(h) * head_dim, c, s, p);
+  }
+}
+
+}  // namespace choreo::kernels::cpu

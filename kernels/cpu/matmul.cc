@@ -1,0 +1,59 @@
+#include "kernels/cpu/matmul.h"
+
+#include <cassert>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul_kernels.h"
+#include "kernels/quant.h"
+#include "runtime/common/error.h"
+
+namespace choreo::kernels::cpu {
+
+namespace {
+
+void check_weight(const Weight& w, const char* what) {
+  if (!is_supported(w.type)) {
+    throw InputError(fmt::format("{}: weight type {} is not supported", what, type_traits(w.type).name),
+                     "supported types: F32, F16, BF16, Q8_0, Q4_0, Q4_1");
+  }
+  const uint32_t block = type_traits(w.type).block_elems;
+  if (w.n_in <= 0 || w.n_in % block != 0 || w.n_out < 0) {
+    throw InputError(
+        fmt::format("{}: a {} weight of shape [{}, {}] is not a whole number of {}-element blocks", what,
+                    type_traits(w.type).name, w.n_in, w.n_out, block));
+  }
+  assert(w.data != nullptr || w.n_out == 0);
+  assert(w.row_stride >= row_bytes(w.type, w.n_in));
+}
+
+}  // namespace
+
+void matmul(const Weight& w, const float* x, int n, float* y) {
+  check_weight(w, "matmul");
+  if (n <= 0 || w.n_out == 0) return;
+  switch (simd_level()) {
+    case SimdLevel::Avx512:
+      return matmul_avx512(w, x, n, y);
+    case SimdLevel::Avx2:
+      return matmul_avx2(w, x, n, y);
+    case SimdLevel::Scalar:
+      return matmul_scalar(w, x, n, y);
+  }
+}
+
+void dequantize_rows(const Weight& w, std::span<const int32_t> rows, float* out) {
+  check_weight(w, "embedding lookup");
+  for (int32_t row : rows) {
+    if (row < 0 || row >= w.n_out) {
+      throw InputError(fmt::format("token id {} is outside the vocabulary [0, {})", row, w.n_out));
+    }
+  }
+  const auto n_rows = static_cast<int64_t>(rows.size());
+#pragma omp parallel for schedule(static) if (n_rows * w.n_in >= (1 << 16))
+  for (int64_t i = 0; i < n_rows; ++i) {
+    const auto* source = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(rows[i]) * w.row_stride;
+    dequantize_row(w.type, source, out + i * w.n_in, w.n_in);
+  }
+}
+
+}  // namespace choreo::kernels::cpu

@@ -1,0 +1,29 @@
+#pragma once
+// Matrix products of a GGUF weight with fp32 activations on the CPU, for every supported weight type.
+//
+// Quantised weights (Q8_0, Q4_0, Q4_1) are multiplied as llama.cpp does: each activation row is quantised
+// once per call to 8-bit blocks of 32 (per-block fp32 scale, round to nearest even), and every block pair
+// is an exact integer dot product scaled by both blocks' scales. Float weights (F32, F16, BF16) use fp32
+// FMA. Threads: OpenMP with omp_get_max_threads() (the caller sets omp_set_num_threads). The SIMD level
+// is chosen at run time (kernels/cpu/cpu_features.h); for quantised weights every level gives bit-identical
+// results, for float weights they differ only by summation order.
+//
+// Weights are used in place, as mapped from the GGUF file: there is no separate prepare step. Each thread
+// re-lays a few rows at a time into a small cache-resident panel on the fly (see matmul_avx512.cc).
+
+#include <cstdint>
+#include <span>
+
+#include "kernels/backend.h"
+
+namespace choreo::kernels::cpu {
+
+/// y[i, :] = W · x[i, :] for i < n; x is [n, w.n_in], y is [n, w.n_out], both fp32 row-major.
+/// Throws InputError for an unsupported weight type or a row length that is not a whole number of blocks.
+void matmul(const Weight& w, const float* x, int n, float* y);
+
+/// out[i, :] = row rows[i] of w, dequantised to fp32 (embedding lookup); out is [rows.size(), w.n_in].
+/// Throws InputError for a row id outside [0, w.n_out) or an unsupported type.
+void dequantize_rows(const Weight& w, std::span<const int32_t> rows, float* out);
+
+}  // namespace choreo::kernels::cpu

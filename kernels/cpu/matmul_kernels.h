@@ -1,0 +1,47 @@
+#pragma once
+// What matmul.cc and its per-ISA implementations (matmul_scalar.cc, matmul_avx2.cc, matmul_avx512.cc)
+// share. Not a public interface: callers use kernels/cpu/matmul.h.
+//
+// The arithmetic every level performs for quantised weights, in this order, so that all levels agree bit
+// for bit. It is llama.cpp's (ggml's Q8_0 / Q8_1 activation blocks), so results track the reference
+// implementation up to summation order: an activation block x (32 floats) with d = amax / 127 becomes
+// q = round_even(x * (127 / amax)), with scale fp16(d) and, for Q4_1, scaled sum fp16(d * Σq); then for
+// each weight block (true integer values w, scale dw, Q4_1 minimum m):
+//   acc = fma(float(Σ w·q), dw * scale, acc)          (the integer sum is exact)
+//   acc = fma(m, scaled_sum, acc)                     (Q4_1 only)
+// accumulated over the blocks of a row in order, starting from acc = 0.
+
+#include <cstdint>
+
+#include "kernels/backend.h"
+
+namespace choreo::kernels::cpu {
+
+/// Per-block data of one activation row quantised to 8 bits (the values are stored apart).
+struct ActivationBlock {
+  float scale;         // x ≈ scale * q (an fp16 value)
+  int32_t correction;  // added to an integer dot product whose weights were offset to be unsigned
+  float scaled_sum;    // fp16(amax / 127 * Σq), the factor of Q4_1's minimum
+  int32_t sum;         // Σq
+};
+
+/// A contiguous share [begin, end) of n_units units of work for one thread.
+struct WorkRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+inline WorkRange thread_share(int64_t n_units, int thread, int n_threads) {
+  return {n_units * thread / n_threads, n_units * (thread + 1) / n_threads};
+}
+
+/// The reference activation quantiser: n_in floats (a multiple of 32) to int8 values and per-block data.
+/// correction = correction_per_sum * Σq. The SIMD levels reproduce its output exactly.
+void quantize_activation_row_scalar(const float* x, int64_t n_in, int32_t correction_per_sum, int8_t* values,
+                                    ActivationBlock* blocks);
+
+// One implementation per SIMD level; arguments were validated by matmul().
+void matmul_scalar(const Weight& w, const float* x, int n, float* y);
+void matmul_avx2(const Weight& w, const float* x, int n, float* y);
+void matmul_avx512(const Weight& w, const float* x, int n, float* y);
+
+}  // namespace choreo::kernels::cpu
