@@ -1,0 +1,123 @@
+// `choreo bench`: prompt-processing and generation speed, measured like llama-bench (random tokens,
+// empty cache per repetition, mean ± standard deviation over repetitions).
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/common.h"
+#include "runtime/kv/page_pool.h"
+#include "runtime/model/session.h"
+
+namespace choreo::cli {
+
+namespace {
+
+struct BenchOptions {
+  std::string model_path;
+  int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, batch = 512;
+  bool json = false;
+};
+
+struct Result {
+  std::string test;
+  double mean_tps = 0, stddev_tps = 0;
+  std::vector<double> samples;
+};
+
+Result summarize(std::string test, int n_tokens, const std::vector<double>& seconds) {
+  Result r;
+  r.test = std::move(test);
+  for (double s : seconds) r.samples.push_back(n_tokens / s);
+  for (double t : r.samples) r.mean_tps += t;
+  r.mean_tps /= r.samples.size();
+  for (double t : r.samples) r.stddev_tps += (t - r.mean_tps) * (t - r.mean_tps);
+  r.stddev_tps = r.samples.size() > 1 ? std::sqrt(r.stddev_tps / (r.samples.size() - 1)) : 0.0;
+  return r;
+}
+
+void run_bench(const BenchOptions& o) {
+  LoadedModel lm = load_model(o.model_path, o.n_threads);
+  const model::Model& m = *lm.model;
+  const model::Vocab& vocab = m.vocab();
+  const int n_vocab = m.config().n_vocab;
+  kv::PagePool pool(m.kv_layout(32), size_t(8) << 30);
+  std::mt19937 rng(1234);
+  auto random_tokens = [&](int n) {
+    std::vector<model::Token> t(n);
+    for (auto& x : t) x = model::Token(rng() % n_vocab);
+    if (vocab.add_bos() && vocab.bos() >= 0 && n > 0) t[0] = vocab.bos();
+    return t;
+  };
+  using clock = std::chrono::steady_clock;
+  std::vector<float> logits;
+  std::vector<Result> results;
+
+  if (o.n_prompt > 0) {
+    std::vector<double> secs;
+    for (int rep = -1; rep < o.reps; ++rep) {  // rep -1 warms up
+      model::Session s(m, pool, o.batch);
+      std::vector<model::Token> toks = random_tokens(o.n_prompt);
+      auto t0 = clock::now();
+      s.eval(toks, &logits);
+      double dt = std::chrono::duration<double>(clock::now() - t0).count();
+      if (rep >= 0) secs.push_back(dt);
+    }
+    results.push_back(summarize(fmt::format("pp{}", o.n_prompt), o.n_prompt, secs));
+  }
+  if (o.n_gen > 0) {
+    std::vector<double> secs;
+    for (int rep = -1; rep < o.reps; ++rep) {
+      model::Session s(m, pool, o.batch);
+      std::vector<model::Token> toks = random_tokens(o.n_gen);
+      auto t0 = clock::now();
+      for (int i = 0; i < o.n_gen; ++i) s.eval(std::span<const model::Token>(&toks[i], 1), &logits);
+      double dt = std::chrono::duration<double>(clock::now() - t0).count();
+      if (rep >= 0) secs.push_back(dt);
+    }
+    results.push_back(summarize(fmt::format("tg{}", o.n_gen), o.n_gen, secs));
+  }
+
+  const auto& f = m.file();
+  int64_t n_params = 0;
+  for (const auto& t : f.tensors()) n_params += t.n_elements();
+  if (o.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const Result& r : results)
+      out.push_back({{"model", f.path()}, {"size_bytes", f.file_size()}, {"n_params", n_params},
+                     {"backend", lm.backend->name()}, {"threads", lm.backend->threads()}, {"test", r.test},
+                     {"avg_ts", r.mean_tps}, {"stddev_ts", r.stddev_tps}, {"samples_ts", r.samples}});
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::printf("| %-40s | %10s | %8s | %7s | %7s | %8s | %20s |\n", "model", "size", "params", "backend", "threads",
+              "test", "t/s");
+  std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(42, '-').c_str(), std::string(12, '-').c_str(),
+              std::string(10, '-').c_str(), std::string(9, '-').c_str(), std::string(9, '-').c_str(),
+              std::string(10, '-').c_str(), std::string(22, '-').c_str());
+  std::string name = f.path().substr(f.path().find_last_of('/') + 1);
+  for (const Result& r : results)
+    std::printf("| %-40s | %6.2f MiB | %6.1f M | %7s | %7d | %8s | %12.2f ± %5.2f |\n", name.c_str(),
+                f.file_size() / 1048576.0, n_params / 1e6, lm.backend->name().c_str(), lm.backend->threads(),
+                r.test.c_str(), r.mean_tps, r.stddev_tps);
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "measure prompt processing (pp) and generation (tg) speed");
+  add_model_options(*cmd, o->model_path, o->n_threads);
+  cmd->add_option("-p,--n-prompt", o->n_prompt, "prompt tokens (0 = skip)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("-n,--n-gen", o->n_gen, "generated tokens (0 = skip)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("-r,--repetitions", o->reps, "repetitions")->check(CLI::PositiveNumber);
+  cmd->add_option("-b,--batch-size", o->batch, "micro-batch size for prompt processing")->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", o->json, "print JSON instead of a table");
+  cmd->callback([o] { run_bench(*o); });
+}
+
+}  // namespace choreo::cli

@@ -1,0 +1,109 @@
+// `choreo generate`: a plain KV-cache run, printing only the continuation on stdout (like llama.cpp's
+// llama-simple/llama-cli -no-cnv); timings go to stderr.
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "cli/common.h"
+#include "runtime/common/error.h"
+#include "runtime/kv/page_pool.h"
+#include "runtime/model/sampler.h"
+#include "runtime/model/session.h"
+
+namespace choreo::cli {
+
+namespace {
+
+struct GenerateOptions {
+  std::string model_path, prompt, system;
+  int n_predict = -1;
+  int n_threads = 0;
+  float temperature = 0.8f;
+  float top_p = 0.95f;
+  int top_k = 40;
+  int64_t seed = -1;
+  bool chat = false;
+  bool no_bos = false;
+  int cache_mib = 4096;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void run_generate(const GenerateOptions& o) {
+  LoadedModel lm = load_model(o.model_path, o.n_threads);
+  const model::Model& m = *lm.model;
+  const model::Vocab& vocab = m.vocab();
+
+  std::string text = o.prompt;
+  if (o.chat) {
+    if (m.chat_format() == model::ChatFormat::None)
+      throw InputError("--chat: this model has no known chat template",
+                       "supported families: chatml, llama3, llama2; drop --chat for plain completion");
+    std::vector<model::ChatMessage> msgs;
+    if (!o.system.empty()) msgs.push_back({"system", o.system});
+    msgs.push_back({"user", o.prompt});
+    text = model::render_chat(m.chat_format(), msgs, true);
+  }
+  std::vector<model::Token> tokens = vocab.tokenize(text, !o.no_bos, /*parse_special=*/true);
+  if (tokens.empty()) throw InputError("the prompt is empty", "pass some text with -p");
+
+  kv::PagePool pool(m.kv_layout(32), size_t(o.cache_mib) << 20);
+  model::Session session(m, pool);
+  model::SamplingParams sp;
+  sp.temperature = o.temperature;
+  sp.top_k = o.top_k;
+  sp.top_p = o.top_p;
+  sp.seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
+  model::Sampler sampler(sp);
+
+  const int n_ctx = m.config().n_ctx_train;
+  int n_predict = o.n_predict < 0 ? n_ctx - int(tokens.size()) : o.n_predict;
+  if (int(tokens.size()) + n_predict > n_ctx) n_predict = std::max(0, n_ctx - int(tokens.size()));
+
+  std::vector<float> logits;
+  auto t0 = std::chrono::steady_clock::now();
+  session.eval(tokens, &logits);
+  double prompt_s = seconds_since(t0);
+
+  auto t1 = std::chrono::steady_clock::now();
+  int n_generated = 0;
+  for (int i = 0; i < n_predict; ++i) {
+    model::Token next = sampler.sample(logits);
+    if (vocab.is_eog(next)) break;
+    std::string piece = vocab.token_to_piece(next);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    ++n_generated;
+    if (i + 1 < n_predict) session.eval(std::span<const model::Token>(&next, 1), &logits);
+  }
+  double gen_s = seconds_since(t1);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s); generated: %d tokens in %.3f s (%.1f tok/s)\n",
+               tokens.size(), prompt_s, tokens.size() / std::max(prompt_s, 1e-9), n_generated, gen_s,
+               n_generated / std::max(gen_s, 1e-9));
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app) {
+  auto o = std::make_shared<GenerateOptions>();
+  CLI::App* cmd = app.add_subcommand("generate", "generate a continuation of a prompt (plain KV-cache run)");
+  add_model_options(*cmd, o->model_path, o->n_threads);
+  cmd->add_option("-p,--prompt", o->prompt, "prompt text")->required();
+  cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate (-1: until end of generation)");
+  cmd->add_option("--temp", o->temperature, "temperature (0 = greedy)")->check(CLI::Range(0.0f, 100.0f));
+  cmd->add_option("--top-p", o->top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_option("--top-k", o->top_k, "top-k sampling (0 = off)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("-s,--seed", o->seed, "random seed (-1 = random)");
+  cmd->add_flag("--chat", o->chat, "wrap the prompt as a user turn in the model's chat template");
+  cmd->add_option("--system", o->system, "system message for --chat");
+  cmd->add_flag("--no-bos", o->no_bos, "do not add the BOS token");
+  cmd->add_option("--cache-mib", o->cache_mib, "KV cache budget in MiB")->check(CLI::PositiveNumber);
+  cmd->callback([o] { run_generate(*o); });
+}
+
+}  // namespace choreo::cli

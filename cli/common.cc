@@ -1,0 +1,28 @@
+#include "cli/common.h"
+
+#include <filesystem>
+
+#include "runtime/common/error.h"
+#include "runtime/common/paths.h"
+
+namespace choreo::cli {
+
+LoadedModel load_model(const std::string& path, int n_threads) {
+  std::string p = path.empty() ? default_model_path() : path;
+  if (!std::filesystem::exists(p)) {
+    throw InputError(fmt::format("model file '{}' does not exist", p),
+                     path.empty() ? "run scripts/setup.sh to fetch the default model, or pass -m MODEL.gguf"
+                                  : "pass the path of a GGUF file with -m");
+  }
+  LoadedModel lm;
+  lm.backend = kernels::make_cpu_backend(n_threads);
+  lm.model = model::Model::load(p, *lm.backend);
+  return lm;
+}
+
+void add_model_options(CLI::App& cmd, std::string& model_path, int& n_threads) {
+  cmd.add_option("-m,--model", model_path, "GGUF model file (default: $CHOREO_MODEL or the model setup installed)");
+  cmd.add_option("-t,--threads", n_threads, "threads (default: all cores)");
+}
+
+}  // namespace choreo::cli

@@ -1,0 +1,32 @@
+#pragma once
+// Pieces shared by the CLI's subcommands.
+
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "kernels/backend.h"
+#include "runtime/model/llama.h"
+
+namespace choreo::cli {
+
+/// A backend plus a loaded model, kept together so the model's backend reference stays valid.
+struct LoadedModel {
+  std::unique_ptr<kernels::Backend> backend;
+  std::unique_ptr<model::Model> model;
+};
+
+/// Loads `path` (the default model when empty) on the CPU backend with n_threads (<= 0: all cores).
+LoadedModel load_model(const std::string& path, int n_threads);
+
+/// Adds `-m/--model` and `-t/--threads` to a subcommand.
+void add_model_options(CLI::App& cmd, std::string& model_path, int& n_threads);
+
+/// Subcommand registration, one per file.
+void register_generate(CLI::App& app);
+void register_tokenize(CLI::App& app);
+void register_model(CLI::App& app);
+void register_bench(CLI::App& app);
+
+}  // namespace choreo::cli

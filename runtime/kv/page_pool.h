@@ -1,0 +1,61 @@
+#pragma once
+// Fixed-size KV pages (DESIGN.md §3): each page holds K and V of page_tokens tokens for every layer.
+// The pool bounds memory; the tier-0 budget of the message store is this pool's budget.
+
+#include <cstddef>
+#include <vector>
+
+#include "kernels/backend.h"
+
+namespace choreo::kv {
+
+/// Allocates and recycles KV pages of one layout within a byte budget.
+class PagePool {
+ public:
+  PagePool(const kernels::KvLayout& layout, size_t budget_bytes);
+  ~PagePool();
+  PagePool(const PagePool&) = delete;
+  PagePool& operator=(const PagePool&) = delete;
+
+  /// A zeroed page. Throws InputError (context/cache budget exceeded) when the budget is spent.
+  float* allocate();
+  void release(float* page);
+
+  const kernels::KvLayout& layout() const { return layout_; }
+  size_t page_bytes() const { return layout_.page_floats() * sizeof(float); }
+  size_t pages_in_use() const { return in_use_; }
+  size_t bytes_in_use() const { return in_use_ * page_bytes(); }
+  size_t budget_bytes() const { return budget_bytes_; }
+
+ private:
+  kernels::KvLayout layout_;
+  size_t budget_bytes_;
+  size_t in_use_ = 0;
+  std::vector<float*> free_;
+  std::vector<float*> all_;
+};
+
+/// The pages of one growing token sequence (a plain KV-cache run, or one message's own tokens).
+class PageList {
+ public:
+  explicit PageList(PagePool& pool) : pool_(&pool) {}
+  ~PageList() { clear(); }
+  PageList(PageList&& other) noexcept;
+  PageList& operator=(PageList&& other) noexcept;
+  PageList(const PageList&) = delete;
+  PageList& operator=(const PageList&) = delete;
+
+  /// Makes room for `n_tokens` tokens in total (allocating pages as needed).
+  void reserve(int n_tokens);
+  float* page_of(int token) const { return pages_[token / page_tokens()]; }
+  int slot_of(int token) const { return token % page_tokens(); }
+  int page_tokens() const { return pool_->layout().page_tokens; }
+  const std::vector<float*>& pages() const { return pages_; }
+  void clear();
+
+ private:
+  PagePool* pool_;
+  std::vector<float*> pages_;
+};
+
+}  // namespace choreo::kv

@@ -1,0 +1,236 @@
+#include "runtime/model/llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <xxhash.h>
+
+#include "kernels/quant.h"
+#include "runtime/common/error.h"
+
+namespace choreo::model {
+
+using kernels::DType;
+
+void Batch::clear() {
+  tokens.clear();
+  positions.clear();
+  kv_page.clear();
+  kv_slot.clear();
+  groups.clear();
+  logit_rows.clear();
+}
+
+void RunState::reserve(const LlamaConfig& c, int n_rows) {
+  if (n_rows <= capacity) return;
+  size_t n = size_t(n_rows);
+  int q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  x.resize(n * c.dim);
+  xb.resize(n * std::max(c.dim, q_dim));
+  xb2.resize(n * c.dim);
+  q.resize(n * q_dim);
+  k.resize(n * kv_dim);
+  v.resize(n * kv_dim);
+  att.resize(n * q_dim);
+  hb.resize(n * c.ffn_dim);
+  hb2.resize(n * c.ffn_dim);
+  logits_in.resize(n * c.dim);
+  capacity = n_rows;
+}
+
+Model::Model(gguf::File file, kernels::Backend& backend) : file_(std::move(file)), backend_(backend) {}
+
+std::unique_ptr<Model> Model::load(const std::string& path, kernels::Backend& backend) {
+  std::unique_ptr<Model> m(new Model(gguf::File::open(path), backend));
+  m->load_config();
+  m->load_weights();
+  m->vocab_ = std::make_unique<Vocab>(Vocab::from_gguf(m->file_));
+  m->chat_format_ = detect_chat_format(m->file_);
+  return m;
+}
+
+void Model::load_config() {
+  const gguf::File& f = file_;
+  LlamaConfig& c = config_;
+  c.architecture = f.get_string("general.architecture", "");
+  if (c.architecture != "llama") {
+    throw InputError(fmt::format("{}: unsupported architecture '{}'", f.path(), c.architecture),
+                     "choreo runs llama-family GGUF models (general.architecture = llama: Llama 2/3, "
+                     "SmolLM2, TinyLlama, Mistral)");
+  }
+  const std::string a = c.architecture + ".";
+  c.dim = int(f.require_int(a + "embedding_length"));
+  c.n_layers = int(f.require_int(a + "block_count"));
+  c.ffn_dim = int(f.require_int(a + "feed_forward_length"));
+  c.n_heads = int(f.require_int(a + "attention.head_count"));
+  c.n_kv_heads = int(f.get_int(a + "attention.head_count_kv", c.n_heads));
+  c.n_ctx_train = int(f.get_int(a + "context_length", 2048));
+  c.rms_eps = float(f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
+  c.rope_freq_base = float(f.get_float(a + "rope.freq_base", 10000.0));
+  auto bad = [&](const std::string& what) {
+    return InputError(fmt::format("{}: inconsistent hyper-parameters: {}", f.path(), what));
+  };
+  if (c.dim <= 0 || c.n_layers <= 0 || c.ffn_dim <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0)
+    throw bad("dimensions must be positive");
+  if (c.dim > (1 << 16) || c.n_layers > 1024 || c.ffn_dim > (1 << 18) || c.n_heads > 1024)
+    throw bad("dimensions are implausibly large");
+  c.head_dim = int(f.get_int(a + "attention.key_length", c.dim / c.n_heads));
+  if (c.head_dim <= 0 || c.head_dim > 256 || c.head_dim % 2 != 0)
+    throw bad(fmt::format("head size {} (must be even and at most 256)", c.head_dim));
+  if (c.n_heads % c.n_kv_heads != 0)
+    throw bad(fmt::format("{} heads is not a multiple of {} KV heads", c.n_heads, c.n_kv_heads));
+  c.rope_dims = int(f.get_int(a + "rope.dimension_count", c.head_dim));
+  if (c.rope_dims <= 0 || c.rope_dims > c.head_dim || c.rope_dims % 2 != 0)
+    throw bad(fmt::format("rope dimension count {}", c.rope_dims));
+  std::string scaling = f.get_string(a + "rope.scaling.type", "none");
+  if (scaling != "none" && scaling != "" ) {
+    throw InputError(fmt::format("{}: rope scaling type '{}' is not supported", f.path(), scaling),
+                     "supported: none, and Llama-3 frequency factors (rope_freqs.weight)");
+  }
+}
+
+static kernels::Weight weight_view(const gguf::File& f, const std::string& name, int64_t n_in, int64_t n_out) {
+  const gguf::TensorInfo* t = f.tensor(name);
+  if (!t) throw InputError(fmt::format("{}: missing tensor '{}'", f.path(), name));
+  if (t->shape.size() != 2 || t->shape[0] != n_in || t->shape[1] != n_out) {
+    std::string got;
+    for (size_t i = 0; i < t->shape.size(); ++i) got += (i ? ", " : "") + std::to_string(t->shape[i]);
+    throw InputError(fmt::format("{}: tensor '{}' has shape [{}], expected [{}, {}]", f.path(), name, got, n_in,
+                                 n_out));
+  }
+  if (!kernels::is_supported(t->type)) {
+    throw InputError(fmt::format("{}: tensor '{}' has type {}, which choreo cannot compute with", f.path(), name,
+                                 kernels::type_traits(t->type).name),
+                     "supported types: F32, F16, BF16, Q8_0, Q4_0, Q4_1 (requantize with llama-quantize)");
+  }
+  kernels::Weight w;
+  w.type = t->type;
+  w.data = t->data;
+  w.n_in = n_in;
+  w.n_out = n_out;
+  w.row_stride = kernels::row_bytes(t->type, n_in);
+  return w;
+}
+
+static std::vector<float> vector_f32(const gguf::File& f, const std::string& name, int64_t n) {
+  const gguf::TensorInfo* t = f.tensor(name);
+  if (!t) throw InputError(fmt::format("{}: missing tensor '{}'", f.path(), name));
+  if (t->n_elements() != n || t->shape[0] != n) {
+    throw InputError(fmt::format("{}: tensor '{}' has {} elements, expected {}", f.path(), name,
+                                 t->n_elements(), n));
+  }
+  if (!kernels::is_supported(t->type))
+    throw InputError(fmt::format("{}: tensor '{}' has unsupported type {}", f.path(), name,
+                                 kernels::type_traits(t->type).name));
+  std::vector<float> out(n);
+  kernels::dequantize_row(t->type, t->data, out.data(), n);
+  return out;
+}
+
+void Model::load_weights() {
+  const gguf::File& f = file_;
+  LlamaConfig& c = config_;
+  const gguf::TensorInfo* emb = f.tensor("token_embd.weight");
+  if (!emb || emb->shape.size() != 2)
+    throw InputError(fmt::format("{}: missing or malformed tensor 'token_embd.weight'", f.path()));
+  c.n_vocab = int(emb->shape[1]);
+  token_embd_ = weight_view(f, "token_embd.weight", c.dim, c.n_vocab);
+  output_norm_ = vector_f32(f, "output_norm.weight", c.dim);
+  c.tied_output = f.tensor("output.weight") == nullptr;
+  output_ = c.tied_output ? token_embd_ : weight_view(f, "output.weight", c.dim, c.n_vocab);
+  if (f.tensor("rope_freqs.weight")) c.rope_freq_factors = vector_f32(f, "rope_freqs.weight", c.rope_dims / 2);
+
+  const int q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  layers_.resize(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = fmt::format("blk.{}.", l);
+    LayerWeights& L = layers_[l];
+    L.attn_norm = vector_f32(f, p + "attn_norm.weight", c.dim);
+    L.ffn_norm = vector_f32(f, p + "ffn_norm.weight", c.dim);
+    L.wq = weight_view(f, p + "attn_q.weight", c.dim, q_dim);
+    L.wk = weight_view(f, p + "attn_k.weight", c.dim, kv_dim);
+    L.wv = weight_view(f, p + "attn_v.weight", c.dim, kv_dim);
+    L.wo = weight_view(f, p + "attn_output.weight", q_dim, c.dim);
+    L.w_gate = weight_view(f, p + "ffn_gate.weight", c.dim, c.ffn_dim);
+    L.w_up = weight_view(f, p + "ffn_up.weight", c.dim, c.ffn_dim);
+    L.w_down = weight_view(f, p + "ffn_down.weight", c.ffn_dim, c.dim);
+  }
+}
+
+uint64_t Model::fingerprint() const {
+  std::call_once(fingerprint_once_, [this] {
+    std::span<const uint8_t> bytes = file_.bytes();
+    fingerprint_ = XXH3_64bits(bytes.data(), bytes.size());
+  });
+  return fingerprint_;
+}
+
+kernels::RopeParams Model::rope_params() const {
+  kernels::RopeParams p;
+  p.layout = config_.rope_layout;
+  p.n_dims = config_.rope_dims;
+  p.freq_base = config_.rope_freq_base;
+  p.freq_factors = config_.rope_freq_factors.empty() ? nullptr : config_.rope_freq_factors.data();
+  return p;
+}
+
+kernels::KvLayout Model::kv_layout(int page_tokens) const {
+  kernels::KvLayout kv;
+  kv.page_tokens = page_tokens;
+  kv.n_layers = config_.n_layers;
+  kv.n_kv_heads = config_.n_kv_heads;
+  kv.head_dim = config_.head_dim;
+  return kv;
+}
+
+void Model::forward(const Batch& batch, RunState& s, float* logits) const {
+  const LlamaConfig& c = config_;
+  kernels::Backend& be = backend_;
+  const int n = batch.size();
+  if (n == 0) return;
+  s.reserve(c, n);
+  const int kv_dim = c.n_kv_heads * c.head_dim;
+  const kernels::RopeParams rope = rope_params();
+  const float scale = 1.0f / std::sqrt(float(c.head_dim));
+  const kernels::KvLayout& kv = batch.kv;
+
+  std::vector<kernels::AttentionGroup> groups(batch.groups.size());
+  for (size_t g = 0; g < groups.size(); ++g)
+    groups[g] = {batch.groups[g].q_begin, batch.groups[g].q_end, batch.groups[g].segments};
+
+  be.embed(token_embd_, batch.tokens, s.x.data());
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = layers_[l];
+    // Attention block.
+    be.rmsnorm(s.x.data(), L.attn_norm.data(), n, c.dim, c.rms_eps, s.xb.data());
+    be.matmul(L.wq, s.xb.data(), n, s.q.data());
+    be.matmul(L.wk, s.xb.data(), n, s.k.data());
+    be.matmul(L.wv, s.xb.data(), n, s.v.data());
+    be.rope(s.q.data(), n, c.n_heads, c.head_dim, batch.positions.data(), rope);
+    be.rope(s.k.data(), n, c.n_kv_heads, c.head_dim, batch.positions.data(), rope);
+    for (int i = 0; i < n; ++i) {
+      float* page = batch.kv_page[i];
+      std::memcpy(page + kv.k_offset(l, batch.kv_slot[i]), &s.k[size_t(i) * kv_dim], sizeof(float) * kv_dim);
+      std::memcpy(page + kv.v_offset(l, batch.kv_slot[i]), &s.v[size_t(i) * kv_dim], sizeof(float) * kv_dim);
+    }
+    be.attention(l, s.q.data(), n, c.n_heads, kv, groups, rope, scale, s.att.data());
+    be.matmul(L.wo, s.att.data(), n, s.xb2.data());
+    be.add(s.x.data(), s.xb2.data(), size_t(n) * c.dim);
+    // Feed-forward block.
+    be.rmsnorm(s.x.data(), L.ffn_norm.data(), n, c.dim, c.rms_eps, s.xb.data());
+    be.matmul(L.w_gate, s.xb.data(), n, s.hb.data());
+    be.matmul(L.w_up, s.xb.data(), n, s.hb2.data());
+    be.swiglu(s.hb.data(), s.hb2.data(), size_t(n) * c.ffn_dim, s.hb.data());
+    be.matmul(L.w_down, s.hb.data(), n, s.xb2.data());
+    be.add(s.x.data(), s.xb2.data(), size_t(n) * c.dim);
+  }
+  const int n_out = int(batch.logit_rows.size());
+  if (n_out == 0) return;
+  for (int i = 0; i < n_out; ++i)
+    std::memcpy(&s.logits_in[size_t(i) * c.dim], &s.x[size_t(batch.logit_rows[i]) * c.dim], sizeof(float) * c.dim);
+  be.rmsnorm(s.logits_in.data(), output_norm_.data(), n_out, c.dim, c.rms_eps, s.xb.data());
+  be.matmul(output_, s.xb.data(), n_out, logits);
+}
+
+}  // namespace choreo::model

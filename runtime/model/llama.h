@@ -1,0 +1,107 @@
+#pragma once
+// A Llama-family transformer loaded from GGUF and its forward pass over a batch of tokens whose keys and
+// values are written into KV pages and whose attention reads lists of KV segments (DESIGN.md §2, §5).
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "runtime/model/chat_template.h"
+#include "runtime/model/gguf.h"
+#include "runtime/model/vocab.h"
+
+namespace choreo::model {
+
+/// Hyper-parameters read from GGUF metadata.
+struct LlamaConfig {
+  std::string architecture;
+  int n_vocab = 0;
+  int dim = 0;
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int ffn_dim = 0;
+  int n_ctx_train = 0;
+  float rms_eps = 1e-5f;
+  float rope_freq_base = 10000.0f;
+  int rope_dims = 0;
+  kernels::RopeParams::Layout rope_layout = kernels::RopeParams::Layout::Interleaved;
+  bool tied_output = false;
+  std::vector<float> rope_freq_factors;  // Llama-3 scaling; empty when absent
+};
+
+/// Views of one layer's weights (pointing into the mapped file).
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm;
+  kernels::Weight wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
+/// One batch for Model::forward. Rows are tokens; `groups` partition the rows into calls that share a view
+/// of the cache (DESIGN.md §2); `segments[g]` lists the view of group g, the last segment usually being the
+/// call's own pages (causal).
+struct Batch {
+  kernels::KvLayout kv;             // layout of the pages below
+  std::vector<Token> tokens;
+  std::vector<int32_t> positions;
+  std::vector<float*> kv_page;    // per row: the page that receives its K/V
+  std::vector<int32_t> kv_slot;   // per row: the slot in that page
+  struct Group {
+    int q_begin = 0, q_end = 0;
+    std::vector<kernels::KvSegment> segments;
+  };
+  std::vector<Group> groups;
+  std::vector<int32_t> logit_rows;  // rows whose logits are wanted, in output order
+
+  int size() const { return int(tokens.size()); }
+  void clear();
+};
+
+/// Scratch memory of the forward pass, allocated once for the largest batch seen (never per token).
+struct RunState {
+  int capacity = 0;
+  std::vector<float> x, xb, xb2, q, k, v, att, hb, hb2, logits_in;
+  void reserve(const LlamaConfig& c, int n_rows);
+};
+
+/// A loaded model: weights, vocabulary, chat format and the forward pass.
+class Model {
+ public:
+  /// Opens `path` and validates every tensor the architecture needs. Throws InputError on a bad file.
+  static std::unique_ptr<Model> load(const std::string& path, kernels::Backend& backend);
+
+  const LlamaConfig& config() const { return config_; }
+  const Vocab& vocab() const { return *vocab_; }
+  const gguf::File& file() const { return file_; }
+  ChatFormat chat_format() const { return chat_format_; }
+  kernels::Backend& backend() const { return backend_; }
+  kernels::RopeParams rope_params() const;
+  kernels::KvLayout kv_layout(int page_tokens) const;
+  /// Identity of the weights for content keys: XXH3 of the whole file (computed once, on first use).
+  uint64_t fingerprint() const;
+
+  /// Runs all layers on the batch: writes each row's K/V into its page slot and fills
+  /// logits[i * n_vocab ...] for batch.logit_rows[i].
+  void forward(const Batch& batch, RunState& state, float* logits) const;
+
+ private:
+  Model(gguf::File file, kernels::Backend& backend);
+  void load_config();
+  void load_weights();
+
+  gguf::File file_;
+  kernels::Backend& backend_;
+  LlamaConfig config_;
+  std::unique_ptr<Vocab> vocab_;
+  ChatFormat chat_format_ = ChatFormat::None;
+  kernels::Weight token_embd_, output_;
+  std::vector<float> output_norm_;
+  std::vector<LayerWeights> layers_;
+  mutable std::once_flag fingerprint_once_;
+  mutable uint64_t fingerprint_ = 0;
+};
+
+}  // namespace choreo::model

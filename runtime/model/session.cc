@@ -1,0 +1,71 @@
+#include "runtime/model/session.h"
+
+#include <algorithm>
+
+#include "runtime/common/error.h"
+
+namespace choreo::model {
+
+Session::Session(const Model& model, kv::PagePool& pool, int max_batch)
+    : model_(model), pages_(pool), max_batch_(max_batch), n_ctx_(model.config().n_ctx_train) {}
+
+void Session::reset() {
+  pages_.clear();
+  tokens_.clear();
+}
+
+void Session::eval(std::span<const Token> tokens, std::vector<float>* last_logits,
+                   std::vector<float>* all_logits) {
+  const int n_vocab = model_.config().n_vocab;
+  const int total = n_past() + int(tokens.size());
+  if (total > n_ctx_) {
+    throw InputError(fmt::format("context overflow: {} tokens exceed the model's context of {}", total, n_ctx_),
+                     "shorten the prompt or lower -n");
+  }
+  for (Token t : tokens)
+    if (t < 0 || t >= n_vocab) throw InputError(fmt::format("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1));
+  pages_.reserve(total);
+  if (all_logits) all_logits->assign(tokens.size() * size_t(n_vocab), 0.0f);
+  std::vector<float> chunk_logits;
+  size_t done = 0;
+  while (done < tokens.size()) {
+    const int n = int(std::min<size_t>(max_batch_, tokens.size() - done));
+    const int base = n_past();
+    batch_.clear();
+    batch_.kv = model_.kv_layout(pages_.page_tokens());
+    for (int i = 0; i < n; ++i) {
+      batch_.tokens.push_back(tokens[done + i]);
+      batch_.positions.push_back(base + i);
+      batch_.kv_page.push_back(pages_.page_of(base + i));
+      batch_.kv_slot.push_back(pages_.slot_of(base + i));
+    }
+    Batch::Group g;
+    g.q_begin = 0;
+    g.q_end = n;
+    kernels::KvSegment own;
+    own.pages = pages_.pages();
+    own.n_tokens = base + n;
+    own.causal_base = base;
+    g.segments.push_back(own);
+    batch_.groups.push_back(std::move(g));
+    if (all_logits) {
+      for (int i = 0; i < n; ++i) batch_.logit_rows.push_back(i);
+    } else if (done + n == tokens.size() && last_logits) {
+      batch_.logit_rows.push_back(n - 1);
+    }
+    chunk_logits.resize(batch_.logit_rows.size() * size_t(n_vocab));
+    model_.forward(batch_, state_, chunk_logits.data());
+    tokens_.insert(tokens_.end(), tokens.begin() + done, tokens.begin() + done + n);
+    if (all_logits) std::copy(chunk_logits.begin(), chunk_logits.end(), all_logits->begin() + done * n_vocab);
+    done += n;
+  }
+  if (last_logits && !tokens.empty()) {
+    if (all_logits) {
+      last_logits->assign(all_logits->end() - n_vocab, all_logits->end());
+    } else {
+      last_logits->assign(chunk_logits.end() - n_vocab, chunk_logits.end());
+    }
+  }
+}
+
+}  // namespace choreo::model
