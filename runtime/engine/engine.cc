@@ -1,0 +1,406 @@
+#include "runtime/engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include "runtime/common/error.h"
+
+namespace choreo::runtime {
+
+namespace {
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void check_tokens(const std::vector<model::Token>& tokens, int n_vocab, const char* what) {
+  for (model::Token t : tokens)
+    if (t < 0 || t >= n_vocab)
+      throw InputError(fmt::format("{}: token id {} is outside the vocabulary (0..{})", what, t, n_vocab - 1));
+}
+
+}  // namespace
+
+std::string_view mode_name(Mode m) {
+  switch (m) {
+    case Mode::Choreo: return "choreo";
+    case Mode::Naive: return "naive";
+    case Mode::Prefix: return "prefix";
+  }
+  return "?";
+}
+
+Mode parse_mode(std::string_view name) {
+  if (name == "choreo") return Mode::Choreo;
+  if (name == "naive") return Mode::Naive;
+  if (name == "prefix") return Mode::Prefix;
+  throw InputError(fmt::format("unknown mode '{}'", name), "use choreo, prefix or naive");
+}
+
+/// One message being encoded: its tokens [msg->n_encoded, tokens.size()) are pending.
+struct Engine::Work {
+  kv::Message* msg = nullptr;
+  std::vector<PlacedView> views;  // parents, BOS excluded
+  bool want_logits = false;       // logits of the last pending token
+  std::vector<float> logits;
+};
+
+Engine::Engine(const model::Model& model, kv::PagePool& pool, Mode mode, int max_batch)
+    : model_(model),
+      store_(pool, model.fingerprint()),
+      mode_(mode),
+      max_batch_(max_batch),
+      n_ctx_(model.config().n_ctx_train) {
+  const model::Vocab& vocab = model.vocab();
+  if (vocab.add_bos() && vocab.bos() >= 0) {
+    // The implicit BOS every call sees at position 0, encoded once per model.
+    kv::Message& bos = store_.create();
+    bos.tokens = {vocab.bos()};
+    bos.start_pos = 0;
+    Work w{&bos, {}, false, {}};
+    Work* wp = &w;
+    encode(std::span<Work*>(&wp, 1));
+    store_.publish(bos);
+    bos.pins = 1;
+    bos_ = bos.id;
+  }
+}
+
+Engine::~Engine() = default;
+
+std::vector<kernels::KvSegment> Engine::segments_for(Work& w) {
+  std::vector<kernels::KvSegment> segs;
+  if (bos_ != kv::kNoMessage && w.msg->id != bos_) {
+    const kv::Message& b = store_.get(bos_);
+    segs.push_back({b.pages.pages(), 1, 0, -1});
+  }
+  for (const PlacedView& v : w.views) {
+    const kv::Message& m = store_.get(v.message);
+    if (v.delta != 0 && repositioning_ == Repositioning::KeyRerotation) {
+      // Reference path: a copy of the parent whose keys are rotated by +delta, attended with delta 0.
+      auto copy = std::make_unique<kv::PageList>(store_.pool());
+      copy->reserve(v.n_tokens);
+      const kernels::KvLayout& kv = store_.pool().layout();
+      std::vector<int32_t> pos(kv.page_tokens, v.delta);
+      for (size_t p = 0; p < copy->pages().size(); ++p) {
+        std::memcpy(copy->pages()[p], m.pages.pages()[p], store_.pool().page_bytes());
+        int n_in_page = std::min(kv.page_tokens, v.n_tokens - int(p) * kv.page_tokens);
+        for (int l = 0; l < kv.n_layers; ++l)
+          model_.backend().rope(copy->pages()[p] + kv.k_offset(l, 0), n_in_page, kv.n_kv_heads, kv.head_dim,
+                                pos.data(), model_.rope_params());
+      }
+      segs.push_back({copy->pages(), v.n_tokens, 0, -1});
+      rerotated_.push_back(std::move(copy));
+      continue;
+    }
+    segs.push_back({m.pages.pages(), v.n_tokens, v.delta, -1});
+  }
+  return segs;
+}
+
+void Engine::encode(std::span<Work*> work) {
+  const int n_vocab = model_.config().n_vocab;
+  // Parent segments do not change while a message is encoded: build them once per call.
+  std::vector<std::vector<kernels::KvSegment>> parent_segs(work.size());
+  for (size_t i = 0; i < work.size(); ++i) {
+    Work& w = *work[i];
+    w.msg->pages.reserve(int(w.msg->tokens.size()));
+    if (int(w.msg->tokens.size()) > w.msg->n_encoded) parent_segs[i] = segments_for(w);
+  }
+  for (;;) {
+    batch_.clear();
+    batch_.kv = store_.pool().layout();
+    std::vector<std::pair<size_t, int>> taken;  // (work index, tokens taken this step)
+    int budget = max_batch_;
+    for (size_t i = 0; i < work.size() && budget > 0; ++i) {
+      kv::Message& m = *work[i]->msg;
+      int remaining = int(m.tokens.size()) - m.n_encoded;
+      if (remaining <= 0) continue;
+      int k = std::min(remaining, budget);
+      budget -= k;
+      model::Batch::Group g;
+      g.q_begin = batch_.size();
+      for (int j = 0; j < k; ++j) {
+        int idx = m.n_encoded + j;
+        batch_.tokens.push_back(m.tokens[idx]);
+        batch_.positions.push_back(m.start_pos + idx);
+        batch_.kv_page.push_back(m.pages.page_of(idx));
+        batch_.kv_slot.push_back(m.pages.slot_of(idx));
+      }
+      g.q_end = batch_.size();
+      g.segments = parent_segs[i];
+      g.segments.push_back({m.pages.pages(), m.n_encoded + k, 0, m.n_encoded});
+      batch_.groups.push_back(std::move(g));
+      if (work[i]->want_logits && m.n_encoded + k == int(m.tokens.size())) batch_.logit_rows.push_back(g.q_end - 1);
+      taken.push_back({i, k});
+    }
+    if (taken.empty()) break;
+    logits_.resize(batch_.logit_rows.size() * size_t(n_vocab));
+    model_.forward(batch_, state_, logits_.data());
+    size_t out = 0;
+    for (auto [i, k] : taken) {
+      Work& w = *work[i];
+      w.msg->n_encoded += k;
+      if (w.want_logits && w.msg->n_encoded == int(w.msg->tokens.size())) {
+        w.logits.assign(logits_.begin() + out * n_vocab, logits_.begin() + (out + 1) * n_vocab);
+        ++out;
+      }
+    }
+  }
+  rerotated_.clear();
+}
+
+kv::Message& Engine::new_message(const std::vector<Parent>& parents, const Placement& placement, int start,
+                                 const std::string& agent, kv::Visibility visibility) {
+  kv::Message& m = store_.create();
+  m.start_pos = start;
+  for (const PlacedView& v : placement.parents) m.parents.push_back({v.message, v.offset});
+  m.agent = agent;
+  m.visibility = visibility;
+  (void)parents;
+  return m;
+}
+
+PrefillResult Engine::prefill(const PrefillRequest& request) {
+  return prefill_batch(std::span<const PrefillRequest>(&request, 1)).front();
+}
+
+std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest> requests) {
+  const double t0 = now_ms();
+  const int n_vocab = model_.config().n_vocab;
+  std::vector<PrefillResult> results(requests.size());
+  std::vector<Work> works;
+  works.reserve(requests.size());
+  std::vector<size_t> work_of(requests.size(), SIZE_MAX);
+  std::unordered_map<uint64_t, size_t> first_with_key;
+  const bool encode_now = mode_ == Mode::Choreo;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const PrefillRequest& r = requests[i];
+    if (r.tokens.empty()) throw InputError(fmt::format("prefill #{} has no tokens", i), "give some text");
+    check_tokens(r.tokens, n_vocab, "prefill");
+    Placement pl = place(store_, r.parents, r.new_offset, first_pos(), int(r.tokens.size()), n_ctx_, encode_now);
+    results[i].stats.start_pos = pl.new_start;
+    if (!encode_now) {
+      // Chat-API baselines keep only the text; decode calls re-encode it.
+      kv::Message& m = new_message(r.parents, pl, pl.new_start, r.agent, r.visibility);
+      m.tokens = r.tokens;
+      results[i].id = m.id;
+      continue;
+    }
+    std::vector<kv::PlacedParent> placed;
+    for (const PlacedView& v : pl.parents) placed.push_back({v.message, v.offset});
+    for (const PlacedView& v : pl.parents) results[i].stats.n_reused += v.n_tokens;
+    uint64_t key = store_.content_key(r.tokens, pl.new_start, placed);
+    if (kv::Message* existing = store_.find(key)) {
+      results[i].id = existing->id;
+      results[i].deduplicated = true;
+      continue;
+    }
+    if (auto it = first_with_key.find(key); it != first_with_key.end()) {
+      work_of[i] = it->second;  // identical to an earlier request of this batch
+      results[i].deduplicated = true;
+      continue;
+    }
+    kv::Message& m = new_message(r.parents, pl, pl.new_start, r.agent, r.visibility);
+    m.tokens = r.tokens;
+    works.push_back({&m, pl.parents, false, {}});
+    work_of[i] = works.size() - 1;
+    first_with_key.emplace(key, works.size() - 1);
+    results[i].stats.n_computed = int(r.tokens.size());
+  }
+  std::vector<Work*> ptrs;
+  for (Work& w : works) ptrs.push_back(&w);
+  encode(ptrs);
+  for (Work& w : works) store_.publish(*w.msg);
+  const double t1 = now_ms();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (work_of[i] != SIZE_MAX) results[i].id = works[work_of[i]].msg->id;
+    results[i].stats.ttft_ms = results[i].stats.total_ms = t1 - t0;
+  }
+  return results;
+}
+
+DecodeResult Engine::decode(const DecodeRequest& request) {
+  return decode_batch(std::span<const DecodeRequest>(&request, 1)).front();
+}
+
+static void fill_logprobs(std::span<const float> logits, model::Token chosen, int k, TokenLogprobs& out) {
+  double mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(double(l) - mx);
+  double lse = mx + std::log(sum);
+  out.token = chosen;
+  out.logprob = float(double(logits[chosen]) - lse);
+  std::vector<int> idx(logits.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = int(i);
+  k = std::min<int>(k, int(idx.size()));
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                    [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  for (int i = 0; i < k; ++i) out.top.push_back({idx[i], float(double(logits[idx[i]]) - lse)});
+}
+
+std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> requests) {
+  const double t0 = now_ms();
+  const int n_vocab = model_.config().n_vocab;
+  const model::Vocab& vocab = model_.vocab();
+  const size_t n = requests.size();
+  std::vector<DecodeResult> results(n);
+  std::vector<Work> works(n);
+  std::vector<kv::Message*> outputs(n);  // the message each result names
+  std::vector<int> prefix_len(n, 0);     // prefix mode: tokens reused from an earlier flat sequence
+
+  for (size_t i = 0; i < n; ++i) {
+    const DecodeRequest& r = requests[i];
+    if (r.header.empty())
+      throw InputError(fmt::format("decode #{} has an empty header", i),
+                       "a decode needs at least one header token: the first generated token follows it");
+    check_tokens(r.header, n_vocab, "decode header");
+    const int budget = r.exact_tokens.value_or(r.max_tokens);
+    if (budget < 0) throw InputError(fmt::format("decode #{}: max_tokens must not be negative", i));
+    if (mode_ == Mode::Choreo) {
+      Placement pl = place(store_, r.parents, r.new_offset, first_pos(), int(r.header.size()) + budget, n_ctx_);
+      kv::Message& m = new_message(r.parents, pl, pl.new_start, r.agent, r.visibility);
+      m.tokens = r.header;
+      works[i] = {&m, pl.parents, true, {}};
+      outputs[i] = &m;
+      for (const PlacedView& v : pl.parents) results[i].stats.n_reused += v.n_tokens;
+      results[i].stats.start_pos = pl.new_start;
+      continue;
+    }
+    // Baselines: the prompt is BOS + the parents' tokens in list order + the header, re-encoded.
+    Placement text_only = place(store_, r.parents, std::nullopt, first_pos(), 0, INT32_MAX / 2, false);
+    std::vector<model::Token> flat;
+    for (const PlacedView& v : text_only.parents) {
+      const kv::Message& p = store_.get(v.message);
+      flat.insert(flat.end(), p.tokens.begin(), p.tokens.begin() + v.n_tokens);
+    }
+    flat.insert(flat.end(), r.header.begin(), r.header.end());
+    if (first_pos() + int(flat.size()) + budget > n_ctx_)
+      throw InputError(fmt::format("context overflow: decode #{} needs {} positions, the model has {}", i,
+                                   first_pos() + int(flat.size()) + budget, n_ctx_));
+    std::vector<Parent> chunks;
+    if (mode_ == Mode::Prefix) {
+      // The longest common token prefix with any earlier flat sequence (leaving one token to compute).
+      const PrefixEntry* best = nullptr;
+      int best_len = 0;
+      for (const PrefixEntry& e : prefix_entries_) {
+        int l = 0, lim = std::min<int>(int(e.tokens.size()), int(flat.size()) - 1);
+        while (l < lim && e.tokens[l] == flat[l]) ++l;
+        if (l > best_len) best_len = l, best = &e;
+      }
+      if (best) {
+        int covered = 0;
+        for (auto [id, len] : best->chunks) {
+          if (covered >= best_len) break;
+          int take = std::min(len, best_len - covered);
+          chunks.push_back({id, first_pos() + covered, take});
+          covered += take;
+        }
+      }
+      prefix_len[i] = best_len;
+    }
+    Placement pl = place(store_, chunks, first_pos() + prefix_len[i], first_pos(),
+                         int(flat.size()) - prefix_len[i] + budget, n_ctx_);
+    kv::Message& m = new_message(chunks, pl, pl.new_start, r.agent, r.visibility);
+    m.tokens.assign(flat.begin() + prefix_len[i], flat.end());
+    works[i] = {&m, pl.parents, true, {}};
+    // The result names a text-only message holding what the call produced (header + generated), so a later
+    // call that lists it as a parent re-encodes exactly that text.
+    kv::Message& out = new_message({}, Placement{}, first_pos(), r.agent, r.visibility);
+    out.tokens = r.header;
+    outputs[i] = &out;
+    results[i].stats.n_reused = prefix_len[i];
+    results[i].stats.start_pos = pl.new_start;
+  }
+
+  // Encode every header (one batched pass), then sample and feed one token per active call per step.
+  std::vector<Work*> ptrs;
+  for (Work& w : works) ptrs.push_back(&w);
+  for (size_t i = 0; i < n; ++i) results[i].stats.n_computed = int(works[i].msg->tokens.size());
+  encode(ptrs);
+  std::vector<model::Sampler> samplers;
+  for (const DecodeRequest& r : requests) samplers.emplace_back(r.sampling);
+  std::vector<bool> active(n, true);
+  for (;;) {
+    bool any = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (!active[i]) continue;
+      const DecodeRequest& r = requests[i];
+      DecodeResult& res = results[i];
+      Work& w = works[i];
+      const int budget = r.exact_tokens.value_or(r.max_tokens);
+      if (int(res.generated.size()) >= budget) {
+        active[i] = false;
+        res.stop_reason = "length";
+        continue;
+      }
+      model::Token t = samplers[i].sample(w.logits);
+      if (res.generated.empty()) res.stats.ttft_ms = now_ms() - t0;
+      if (r.record_logits) res.logits.push_back(w.logits);
+      if (r.logprobs > 0) {
+        res.logprobs.emplace_back();
+        fill_logprobs(w.logits, t, r.logprobs, res.logprobs.back());
+      }
+      res.generated.push_back(t);
+      w.msg->tokens.push_back(t);
+      bool finished = false;
+      if (!r.exact_tokens) {
+        if (vocab.is_eog(t)) {
+          finished = true;
+          res.stop_reason = "eog";
+        } else if (!r.stop.empty()) {
+          std::string text = vocab.detokenize(res.generated);
+          for (const std::string& s : r.stop)
+            if (!s.empty() && text.find(s) != std::string::npos) finished = true;
+          if (finished) res.stop_reason = "stop";
+        }
+      }
+      if (!finished && int(res.generated.size()) >= budget) {
+        finished = true;
+        res.stop_reason = "length";
+      }
+      // A finished call's last token is still encoded (without logits), so the message is complete.
+      w.want_logits = !finished;
+      active[i] = !finished;
+      any = true;
+    }
+    if (!any) break;
+    for (size_t i = 0; i < n; ++i) results[i].stats.n_computed += int(works[i].msg->tokens.size()) - works[i].msg->n_encoded;
+    encode(ptrs);
+  }
+
+  const double t1 = now_ms();
+  for (size_t i = 0; i < n; ++i) {
+    const DecodeRequest& r = requests[i];
+    DecodeResult& res = results[i];
+    kv::Message& m = *works[i].msg;
+    store_.publish(m);
+    std::vector<model::Token> visible = res.generated;
+    if (!visible.empty() && vocab.is_eog(visible.back()) && !r.exact_tokens) visible.pop_back();
+    res.text = vocab.detokenize(visible);
+    size_t cut = std::string::npos;
+    for (const std::string& s : r.stop)
+      if (!s.empty()) cut = std::min(cut, res.text.find(s));
+    if (cut != std::string::npos) res.text.resize(cut);
+    if (mode_ == Mode::Prefix) {
+      PrefixEntry e;
+      for (const PlacedView& v : works[i].views) {
+        const kv::Message& p = store_.get(v.message);
+        e.tokens.insert(e.tokens.end(), p.tokens.begin(), p.tokens.begin() + v.n_tokens);
+        e.chunks.push_back({v.message, v.n_tokens});
+      }
+      e.tokens.insert(e.tokens.end(), m.tokens.begin(), m.tokens.end());
+      e.chunks.push_back({m.id, int(m.tokens.size())});
+      prefix_entries_.push_back(std::move(e));
+    }
+    if (outputs[i] != &m) outputs[i]->tokens.insert(outputs[i]->tokens.end(), res.generated.begin(), res.generated.end());
+    res.id = outputs[i]->id;
+    res.stats.total_ms = t1 - t0;
+  }
+  return results;
+}
+
+}  // namespace choreo::runtime

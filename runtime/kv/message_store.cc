@@ -1,0 +1,72 @@
+#include "runtime/kv/message_store.h"
+
+#include <cassert>
+
+#include <xxhash.h>
+
+namespace choreo::kv {
+
+MessageStore::MessageStore(PagePool& pool, uint64_t model_fingerprint)
+    : pool_(pool), fingerprint_(model_fingerprint) {}
+
+uint64_t MessageStore::content_key(const std::vector<model::Token>& tokens, int start_pos,
+                                   const std::vector<PlacedParent>& parents) const {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset_withSeed(st, fingerprint_);
+  int64_t header[2] = {start_pos, int64_t(tokens.size())};
+  XXH3_64bits_update(st, header, sizeof(header));
+  XXH3_64bits_update(st, tokens.data(), tokens.size() * sizeof(model::Token));
+  for (const PlacedParent& p : parents) {
+    int64_t rec[2] = {int64_t(get(p.message).key), p.offset};
+    XXH3_64bits_update(st, rec, sizeof(rec));
+  }
+  uint64_t key = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return key == 0 ? 1 : key;  // 0 means "no key"
+}
+
+Message& MessageStore::create() {
+  auto msg = std::make_unique<Message>(pool_);
+  msg->id = MessageId(messages_.size());
+  msg->last_use = tick();
+  messages_.push_back(std::move(msg));
+  ++live_;
+  return *messages_.back();
+}
+
+void MessageStore::publish(Message& msg) {
+  assert(msg.n_encoded == int(msg.tokens.size()));
+  msg.key = content_key(msg.tokens, msg.start_pos, msg.parents);
+  by_key_.emplace(msg.key, msg.id);
+}
+
+Message* MessageStore::find(uint64_t key) {
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return nullptr;
+  Message& m = get(it->second);
+  m.last_use = tick();
+  return &m;
+}
+
+Message& MessageStore::get(MessageId id) {
+  assert(contains(id));
+  return *messages_[id];
+}
+
+const Message& MessageStore::get(MessageId id) const {
+  assert(contains(id));
+  return *messages_[id];
+}
+
+void MessageStore::erase(MessageId id) {
+  if (!contains(id)) return;
+  Message& m = *messages_[id];
+  if (m.key) {
+    auto it = by_key_.find(m.key);
+    if (it != by_key_.end() && it->second == id) by_key_.erase(it);
+  }
+  messages_[id].reset();
+  --live_;
+}
+
+}  // namespace choreo::kv
