@@ -32,7 +32,9 @@ struct RopeParams {
   const float* freq_factors = nullptr;  // Llama-3 rope scaling: n_dims/2 divisors of the frequencies, or null
 };
 
-/// Layout of one KV page: K then V, each [n_layers][page_tokens][n_kv_heads * head_dim] floats.
+/// Layout of one KV page (page_tokens tokens, every layer). K is stored head-dimension-major per layer and KV
+/// head, [n_layers][n_kv_heads][head_dim][page_tokens], so attention reads a head's keys as a ready
+/// [head_dim x page_tokens] tile; V is token-major, [n_layers][page_tokens][n_kv_heads * head_dim].
 struct KvLayout {
   int page_tokens = 32;
   int n_layers = 0;
@@ -40,9 +42,24 @@ struct KvLayout {
   int head_dim = 0;
   int kv_dim() const { return n_kv_heads * head_dim; }
   size_t page_floats() const { return size_t(2) * n_layers * page_tokens * kv_dim(); }
-  size_t k_offset(int layer, int slot) const { return (size_t(layer) * page_tokens + slot) * kv_dim(); }
+  /// Start of the [head_dim][page_tokens] key tile of one layer and KV head.
+  size_t k_tile(int layer, int kv_head) const { return (size_t(layer) * n_kv_heads + kv_head) * head_dim * page_tokens; }
+  /// Start of the value row (kv_dim floats) of one layer and slot.
   size_t v_offset(int layer, int slot) const {
-    return (size_t(n_layers + layer) * page_tokens + slot) * kv_dim();
+    return size_t(n_layers) * page_tokens * kv_dim() + (size_t(layer) * page_tokens + slot) * kv_dim();
+  }
+  /// Stores / loads one token's key row (kv_dim floats, heads consecutive) at a slot.
+  void write_k(float* page, int layer, int slot, const float* k_row) const {
+    for (int h = 0; h < n_kv_heads; ++h) {
+      float* tile = page + k_tile(layer, h) + slot;
+      for (int d = 0; d < head_dim; ++d) tile[size_t(d) * page_tokens] = k_row[h * head_dim + d];
+    }
+  }
+  void read_k(const float* page, int layer, int slot, float* k_row) const {
+    for (int h = 0; h < n_kv_heads; ++h) {
+      const float* tile = page + k_tile(layer, h) + slot;
+      for (int d = 0; d < head_dim; ++d) k_row[h * head_dim + d] = tile[size_t(d) * page_tokens];
+    }
   }
 };
 

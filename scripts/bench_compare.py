@@ -26,7 +26,7 @@ def main() -> None:
     ap.add_argument("-p", type=int, default=512)
     ap.add_argument("-n", type=int, default=128)
     a = ap.parse_args()
-    choreo = os.path.join(ROOT, "build", "choreo")
+    choreo = os.environ.get("CHOREO_BIN", os.path.join(ROOT, "build", "choreo"))
     ref = os.path.join(ROOT, "tests", "reference", "llama_bench.py")
     rows = []
     for m in a.models:

@@ -25,40 +25,99 @@ struct Tile {
   int kv_head;
 };
 
-/// S[i][j] = sum_d Q[i][d] * Kt[d][j] for a tile of nq query vectors against n_keys keys (Kt: [head_dim][ld]).
+constexpr int kLanes = 16;  // one AVX-512 register of floats; the fast paths work in blocks of this many
+
+/// exp(x) for the softmax (x <= 0): Cephes-style range reduction and polynomial (relative error ~2e-7),
+/// written so that the loop vectorises.
 CHOREO_MULTIVERSION
-void scores_tile(const float* qs, int nq, const float* kt, int n_keys, int ld, int head_dim, float scale,
-                 float* s) {
-  for (int i = 0; i < nq; ++i) {
-    float* si = s + size_t(i) * ld;
-    for (int j = 0; j < ld; ++j) si[j] = 0.0f;
-    const float* qi = qs + size_t(i) * head_dim;
-    for (int d = 0; d < head_dim; ++d) {
-      float qd = qi[d];
-      const float* kd = kt + size_t(d) * ld;
-      for (int j = 0; j < ld; ++j) si[j] += qd * kd[j];
+void exp_inplace(float* __restrict x, int n) {
+  for (int i = 0; i < n; ++i) {
+    float v = x[i] < -87.0f ? -87.0f : x[i];
+    float k = __builtin_floorf(v * 1.44269504088896341f + 0.5f);
+    float r = v - k * 0.693359375f;
+    r = r - k * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    int32_t bits = (int32_t(k) + 127) << 23;
+    float scale;
+    __builtin_memcpy(&scale, &bits, sizeof(scale));
+    x[i] = y * scale;
+  }
+}
+
+/// S[i][j] = scale * sum_d Q[i][d] * Kt[d][j] for nq query vectors against the keys of one page tile
+/// (Kt: [head_dim][ld], ld = page_tokens). Columns past n_keys are computed from whatever the page holds
+/// there and ignored by the caller.
+CHOREO_MULTIVERSION
+void scores_tile(const float* __restrict qs, int nq, const float* __restrict kt, int n_keys, int ld, int head_dim,
+                 float scale, float* __restrict s) {
+  if (ld % kLanes == 0) {
+    for (int i = 0; i < nq; ++i) {
+      const float* qi = qs + size_t(i) * head_dim;
+      for (int j0 = 0; j0 < n_keys; j0 += kLanes) {
+        float acc[kLanes] = {};
+        for (int d = 0; d < head_dim; ++d) {
+          const float qd = qi[d];
+          const float* kd = kt + size_t(d) * ld + j0;
+          for (int l = 0; l < kLanes; ++l) acc[l] += qd * kd[l];
+        }
+        for (int l = 0; l < kLanes; ++l) s[size_t(i) * ld + j0 + l] = acc[l] * scale;
+      }
     }
-    for (int j = 0; j < n_keys; ++j) si[j] *= scale;
+    return;
+  }
+  for (int i = 0; i < nq; ++i) {
+    const float* qi = qs + size_t(i) * head_dim;
+    for (int j = 0; j < n_keys; ++j) {
+      float acc = 0.0f;
+      for (int d = 0; d < head_dim; ++d) acc += qi[d] * kt[size_t(d) * ld + j];
+      s[size_t(i) * ld + j] = acc * scale;
+    }
   }
 }
 
 /// acc[i] = acc[i] * corr[i] + sum_j P[i][j] V[j] for nq rows; V rows are strided by v_stride floats.
 CHOREO_MULTIVERSION
-void accumulate_tile(float* acc, const float* corr, const float* p, int nq, int ld, const float* v,
-                     size_t v_stride, int n_keys, int head_dim) {
+void accumulate_tile(float* __restrict acc, const float* __restrict corr, const float* __restrict p, int nq, int ld,
+                     const float* __restrict v, size_t v_stride, int n_keys, int head_dim) {
+  if (head_dim % kLanes == 0) {
+    for (int i = 0; i < nq; ++i) {
+      float* ai = acc + size_t(i) * head_dim;
+      const float* pi = p + size_t(i) * ld;
+      for (int d0 = 0; d0 < head_dim; d0 += kLanes) {
+        float a[kLanes];
+        for (int l = 0; l < kLanes; ++l) a[l] = ai[d0 + l] * corr[i];
+        for (int j = 0; j < n_keys; ++j) {
+          const float w = pi[j];
+          const float* vj = v + size_t(j) * v_stride + d0;
+          for (int l = 0; l < kLanes; ++l) a[l] += w * vj[l];
+        }
+        for (int l = 0; l < kLanes; ++l) ai[d0 + l] = a[l];
+      }
+    }
+    return;
+  }
   for (int i = 0; i < nq; ++i) {
     float* ai = acc + size_t(i) * head_dim;
-    float c = corr[i];
-    for (int d = 0; d < head_dim; ++d) ai[d] *= c;
+    for (int d = 0; d < head_dim; ++d) ai[d] *= corr[i];
     const float* pi = p + size_t(i) * ld;
     for (int j = 0; j < n_keys; ++j) {
-      float w = pi[j];
-      if (w == 0.0f) continue;
+      const float w = pi[j];
       const float* vj = v + size_t(j) * v_stride;
       for (int d = 0; d < head_dim; ++d) ai[d] += w * vj[d];
     }
   }
 }
+
+/// Per-thread working memory of run_tile (grown once, reused: the hot loop allocates nothing).
+struct TileScratch {
+  std::vector<float> q_base, q_rot, acc, s, m, l, corr;
+};
 
 void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const KvLayout& kv,
               const RopeParams& rope, float scale, float* out) {
@@ -70,9 +129,20 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
   const size_t q_stride = size_t(n_heads) * head_dim;
   const size_t kv_dim = size_t(kv.kv_dim());
 
-  std::vector<float> q_base(size_t(nq) * head_dim), q_rot(size_t(nq) * head_dim);
-  std::vector<float> acc(size_t(nq) * head_dim, 0.0f), kt(size_t(head_dim) * ld), s(size_t(nq) * ld);
-  std::vector<float> m(nq, -std::numeric_limits<float>::infinity()), l(nq, 0.0f), corr(nq);
+  thread_local TileScratch scratch;
+  std::vector<float>& q_base = scratch.q_base;
+  std::vector<float>& q_rot = scratch.q_rot;
+  std::vector<float>& acc = scratch.acc;
+  std::vector<float>& s = scratch.s;
+  std::vector<float>& m = scratch.m;
+  std::vector<float>& l = scratch.l;
+  std::vector<float>& corr = scratch.corr;
+  q_base.resize(size_t(nq) * head_dim);
+  acc.assign(size_t(nq) * head_dim, 0.0f);
+  s.resize(size_t(nq) * ld);
+  m.assign(nq, -std::numeric_limits<float>::infinity());
+  l.assign(nq, 0.0f);
+  corr.resize(nq);
 
   for (int r = 0; r < n_rows; ++r)
     for (int hh = 0; hh < heads_per_kv; ++hh) {
@@ -86,7 +156,7 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
     if (seg.delta != 0) {
       // Keys were rotated at their encoded positions; the segment sits `delta` later. Rotating the query by
       // -delta gives the same score as re-rotating every key by +delta.
-      q_rot = q_base;
+      q_rot.assign(q_base.begin(), q_base.end());
       for (int i = 0; i < nq; ++i) rope_head(q_rot.data() + size_t(i) * head_dim, head_dim, -int64_t(seg.delta), rope);
       qs = q_rot.data();
     }
@@ -96,13 +166,9 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
     for (int t0 = 0; t0 < visible_max; t0 += kv.page_tokens) {
       const float* page = seg.pages[t0 / kv.page_tokens];
       int n_keys = std::min(kv.page_tokens, visible_max - t0);
-      const float* k = page + kv.k_offset(layer, 0) + size_t(tile.kv_head) * head_dim;
+      const float* kt = page + kv.k_tile(layer, tile.kv_head);
       const float* v = page + kv.v_offset(layer, 0) + size_t(tile.kv_head) * head_dim;
-      for (int j = 0; j < n_keys; ++j)
-        for (int d = 0; d < head_dim; ++d) kt[size_t(d) * ld + j] = k[j * kv_dim + d];
-      for (int j = n_keys; j < ld; ++j)
-        for (int d = 0; d < head_dim; ++d) kt[size_t(d) * ld + j] = 0.0f;
-      scores_tile(qs, nq, kt.data(), n_keys, ld, head_dim, scale, s.data());
+      scores_tile(qs, nq, kt, n_keys, ld, head_dim, scale, s.data());
       for (int i = 0; i < nq; ++i) {
         float* si = s.data() + size_t(i) * ld;
         int row = row0 + i / heads_per_kv;
@@ -115,11 +181,10 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
         float mx = m[i];
         for (int j = 0; j < limit; ++j) mx = std::max(mx, si[j]);
         float c = std::exp(m[i] - mx);  // exp(-inf) = 0 on the first page
+        for (int j = 0; j < limit; ++j) si[j] -= mx;
+        exp_inplace(si, limit);
         float sum = 0.0f;
-        for (int j = 0; j < limit; ++j) {
-          si[j] = std::exp(si[j] - mx);
-          sum += si[j];
-        }
+        for (int j = 0; j < limit; ++j) sum += si[j];
         for (int j = limit; j < ld; ++j) si[j] = 0.0f;
         l[i] = l[i] * c + sum;
         m[i] = mx;

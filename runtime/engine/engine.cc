@@ -84,13 +84,18 @@ std::vector<kernels::KvSegment> Engine::segments_for(Work& w) {
       auto copy = std::make_unique<kv::PageList>(store_.pool());
       copy->reserve(v.n_tokens);
       const kernels::KvLayout& kv = store_.pool().layout();
-      std::vector<int32_t> pos(kv.page_tokens, v.delta);
+      std::vector<float> row(kv.kv_dim());
+      const int32_t delta = v.delta;
       for (size_t p = 0; p < copy->pages().size(); ++p) {
-        std::memcpy(copy->pages()[p], m.pages.pages()[p], store_.pool().page_bytes());
+        float* page = copy->pages()[p];
+        std::memcpy(page, m.pages.pages()[p], store_.pool().page_bytes());
         int n_in_page = std::min(kv.page_tokens, v.n_tokens - int(p) * kv.page_tokens);
         for (int l = 0; l < kv.n_layers; ++l)
-          model_.backend().rope(copy->pages()[p] + kv.k_offset(l, 0), n_in_page, kv.n_kv_heads, kv.head_dim,
-                                pos.data(), model_.rope_params());
+          for (int slot = 0; slot < n_in_page; ++slot) {
+            kv.read_k(page, l, slot, row.data());
+            model_.backend().rope(row.data(), 1, kv.n_kv_heads, kv.head_dim, &delta, model_.rope_params());
+            kv.write_k(page, l, slot, row.data());
+          }
       }
       segs.push_back({copy->pages(), v.n_tokens, 0, -1});
       rerotated_.push_back(std::move(copy));

@@ -211,7 +211,7 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
     be.rope(s.k.data(), n, c.n_kv_heads, c.head_dim, batch.positions.data(), rope);
     for (int i = 0; i < n; ++i) {
       float* page = batch.kv_page[i];
-      std::memcpy(page + kv.k_offset(l, batch.kv_slot[i]), &s.k[size_t(i) * kv_dim], sizeof(float) * kv_dim);
+      kv.write_k(page, l, batch.kv_slot[i], &s.k[size_t(i) * kv_dim]);
       std::memcpy(page + kv.v_offset(l, batch.kv_slot[i]), &s.v[size_t(i) * kv_dim], sizeof(float) * kv_dim);
     }
     be.attention(l, s.q.data(), n, c.n_heads, kv, groups, rope, scale, s.att.data());

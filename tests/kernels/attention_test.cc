@@ -85,8 +85,10 @@ void run_case(RopeParams::Layout layout, bool with_factors, uint32_t seed) {
           const float* page = seg_pages[s][t / kv.page_tokens];
           int slot = t % kv.page_tokens;
           std::vector<double> k(head_dim), v(head_dim);
+          std::vector<float> k_row(kv.kv_dim());
+          kv.read_k(page, layer, slot, k_row.data());
           for (int d = 0; d < head_dim; ++d) {
-            k[d] = page[kv.k_offset(layer, slot) + kvh * head_dim + d];
+            k[d] = k_row[kvh * head_dim + d];
             v[d] = page[kv.v_offset(layer, slot) + kvh * head_dim + d];
           }
           rotate64(k, specs[s].delta, rope);  // the key as if it had been encoded delta positions later
