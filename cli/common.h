@@ -28,5 +28,6 @@ void register_generate(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_model(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_exec(CLI::App& app);
 
 }  // namespace choreo::cli

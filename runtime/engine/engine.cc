@@ -22,6 +22,14 @@ void check_tokens(const std::vector<model::Token>& tokens, int n_vocab, const ch
       throw InputError(fmt::format("{}: token id {} is outside the vocabulary (0..{})", what, t, n_vocab - 1));
 }
 
+/// Generated tokens as the text they continue the prompt with: the pieces joined as they are (detokenize
+/// would drop a SentencePiece leading space, which belongs to the continuation here).
+std::string continuation_text(const model::Vocab& vocab, std::span<const model::Token> tokens) {
+  std::string text;
+  for (model::Token t : tokens) text += vocab.token_to_piece(t);
+  return text;
+}
+
 }  // namespace
 
 std::string_view mode_name(Mode m) {
@@ -357,7 +365,7 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
           finished = true;
           res.stop_reason = "eog";
         } else if (!r.stop.empty()) {
-          std::string text = vocab.detokenize(res.generated);
+          std::string text = continuation_text(vocab, res.generated);
           for (const std::string& s : r.stop)
             if (!s.empty() && text.find(s) != std::string::npos) finished = true;
           if (finished) res.stop_reason = "stop";
@@ -385,7 +393,7 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
     store_.publish(m);
     std::vector<model::Token> visible = res.generated;
     if (!visible.empty() && vocab.is_eog(visible.back()) && !r.exact_tokens) visible.pop_back();
-    res.text = vocab.detokenize(visible);
+    res.text = continuation_text(vocab, visible);
     size_t cut = std::string::npos;
     for (const std::string& s : r.stop)
       if (!s.empty()) cut = std::min(cut, res.text.find(s));

@@ -1,0 +1,230 @@
+// Located access to one JSONL line (see json_line.h).
+
+#include "runtime/exec/json_line.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <unordered_set>
+
+namespace choreo::exec {
+
+using json = nlohmann::json;
+
+namespace {
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
+                  std::tolower(static_cast<unsigned char>(b[j - 1]));
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (same ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string did_you_mean(std::string_view word, std::span<const std::string_view> candidates) {
+  std::string_view best;
+  // Up to a third of the word's letters may differ, and never all of them.
+  const size_t allowed = std::min(std::max<size_t>(1, word.size() / 3), word.empty() ? 0 : word.size() - 1);
+  size_t best_distance = allowed + 1;
+  for (std::string_view c : candidates) {
+    size_t d = edit_distance(word, c);
+    if (d < best_distance) best_distance = d, best = c;
+  }
+  return best.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", best);
+}
+
+std::vector<ByteRange> element_ranges(std::string_view line) {
+  size_t first = line.find_first_not_of(" \t");
+  if (first == std::string_view::npos || line[first] != '[') return {{0, line.size()}};
+  std::vector<ByteRange> out;
+  int depth = 0;
+  bool in_string = false;
+  size_t start = std::string_view::npos;
+  for (size_t k = first; k < line.size(); ++k) {
+    const char c = line[k];
+    if (in_string) {
+      if (c == '\\')
+        ++k;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (depth == 1 && start == std::string_view::npos && !std::isspace(static_cast<unsigned char>(c)) &&
+        c != ',' && c != ']')
+      start = k;
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      ++depth;
+    } else if (c == ']' || c == '}') {
+      if (--depth == 0) {
+        if (start != std::string_view::npos) out.push_back({start, k});
+        break;
+      }
+    } else if (c == ',' && depth == 1) {
+      out.push_back({start, k});
+      start = std::string_view::npos;
+    }
+  }
+  return out;
+}
+
+JsonLine parse_json_line(int number, std::string text) {
+  JsonLine raw{number, std::move(text), {}, {}, 0, {}};
+  std::vector<std::unordered_set<std::string>> keys;
+  auto callback = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) keys.emplace_back();
+    if (event == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    if (event == json::parse_event_t::key && !keys.empty() &&
+        !keys.back().insert(parsed.get<std::string>()).second && raw.duplicate_key.empty())
+      raw.duplicate_key = parsed.get<std::string>();
+    return true;
+  };
+  try {
+    raw.value = json::parse(raw.text, callback);
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();
+    size_t at = what.find("parse error");
+    at = at == std::string::npos ? std::string::npos : what.find(": ", at);
+    raw.json_error = at == std::string::npos ? what : what.substr(at + 2);
+    raw.json_error_byte = e.byte;
+  }
+  return raw;
+}
+
+std::string type_name(const json& v) {
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_array()) return "a list";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+SourceLocation CallSite::location(size_t byte) const {
+  return {file_, line_.number, byte == std::string::npos ? 0 : int(byte) + 1};
+}
+
+void CallSite::fail(const std::string& message, const std::string& hint, size_t byte) const {
+  if (byte == std::string::npos) byte = start();
+  std::string prefix = batch_index_ >= 0 ? fmt::format("batch call #{}: ", batch_index_ + 1) : "";
+  std::string quoted = line_.text.size() <= kMaxQuotedBytes ? line_.text : std::string();
+  throw InputError(prefix + message, hint, location(byte), quoted);
+}
+
+size_t CallSite::find(std::string_view needle, size_t from) const {
+  size_t at = line_.text.find(needle, std::max(from, range_.begin));
+  return at < range_.end ? at : std::string::npos;
+}
+
+size_t CallSite::find_key(std::string_view key, bool value) const {
+  const std::string quoted = json(std::string(key)).dump();
+  for (size_t at = find(quoted, range_.begin); at != std::string::npos; at = find(quoted, at + 1)) {
+    size_t colon = line_.text.find_first_not_of(" \t", at + quoted.size());
+    if (colon == std::string::npos || line_.text[colon] != ':') continue;  // the text inside a string value
+    if (!value) return at;
+    size_t v = line_.text.find_first_not_of(" \t", colon + 1);
+    return v == std::string::npos ? at : v;
+  }
+  return start();
+}
+
+const json* Fields::get(std::string_view key) const {
+  auto it = object_.find(std::string(key));
+  return it == object_.end() || it->is_null() ? nullptr : &*it;
+}
+
+void Fields::wrong_type(std::string_view key, const json& value, std::string_view wanted) const {
+  site_.fail(fmt::format("field '{}' must be {}, not {}", key, wanted, type_name(value)), {},
+             site_.value_byte(key));
+}
+
+void Fields::bad_value(std::string_view key, const std::string& message, const std::string& hint) const {
+  site_.fail(fmt::format("field '{}' {}", key, message), hint, site_.value_byte(key));
+}
+
+std::optional<std::string> Fields::string(std::string_view key) const {
+  const json* v = get(key);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) wrong_type(key, *v, "a string");
+  return v->get<std::string>();
+}
+
+std::optional<bool> Fields::boolean(std::string_view key) const {
+  const json* v = get(key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) wrong_type(key, *v, "true or false");
+  return v->get<bool>();
+}
+
+std::optional<int> Fields::integer(std::string_view key, int64_t lo, int64_t hi) const {
+  const json* v = get(key);
+  if (!v) return std::nullopt;
+  if (!v->is_number_integer()) wrong_type(key, *v, "an integer");
+  if (v->is_number_unsigned() ? v->get<uint64_t>() > uint64_t(hi) : v->get<int64_t>() > hi)
+    bad_value(key, fmt::format("is {}, more than the largest allowed value {}", v->dump(), hi));
+  if (!v->is_number_unsigned() && v->get<int64_t>() < lo)
+    bad_value(key, fmt::format("is {}, but must not be less than {}", v->dump(), lo),
+              lo == 0 ? "positions and counts are non-negative" : "");
+  return int(v->get<int64_t>());
+}
+
+std::optional<double> Fields::number(std::string_view key, double lo, double hi) const {
+  const json* v = get(key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) wrong_type(key, *v, "a number");
+  double x = v->get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    bad_value(key, fmt::format("is {}, outside [{}, {}]", v->dump(), lo, hi));
+  return x;
+}
+
+std::optional<uint64_t> Fields::unsigned64(std::string_view key) const {
+  const json* v = get(key);
+  if (!v) return std::nullopt;
+  if (!v->is_number_integer()) wrong_type(key, *v, "an integer");
+  if (!v->is_number_unsigned()) bad_value(key, fmt::format("is {}, but must not be negative", v->dump()));
+  return v->get<uint64_t>();
+}
+
+std::optional<std::vector<model::Token>> Fields::tokens(std::string_view key, int n_vocab) const {
+  const json* v = get(key);
+  if (!v) return std::nullopt;
+  if (!v->is_array()) wrong_type(key, *v, "a list of token ids");
+  std::vector<model::Token> out;
+  for (const json& t : *v) {
+    if (!t.is_number_integer()) wrong_type(key, t, "a list of token ids (integers)");
+    const bool outside = t.is_number_unsigned() ? t.get<uint64_t>() >= uint64_t(n_vocab)
+                                                : (t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab);
+    if (outside)
+      bad_value(key, fmt::format("holds token id {}, outside the vocabulary (0..{})", t.dump(), n_vocab - 1));
+    out.push_back(model::Token(t.get<int64_t>()));
+  }
+  return out;
+}
+
+std::optional<std::vector<std::string>> Fields::strings(std::string_view key) const {
+  const json* v = get(key);
+  if (!v) return std::nullopt;
+  if (v->is_string()) return std::vector<std::string>{v->get<std::string>()};
+  if (!v->is_array()) wrong_type(key, *v, "a string or a list of strings");
+  std::vector<std::string> out;
+  for (const json& s : *v) {
+    if (!s.is_string()) wrong_type(key, s, "a list of strings");
+    out.push_back(s.get<std::string>());
+  }
+  return out;
+}
+}  // namespace choreo::exec
