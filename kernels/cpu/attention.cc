@@ -6,6 +6,8 @@
 #include <limits>
 #include <vector>
 
+#include <omp.h>
+
 #include "kernels/cpu/elementwise.h"
 
 namespace choreo::kernels::cpu {
@@ -18,12 +20,28 @@ constexpr int kMaxRowsPerTile = 16;   // query rows of one group handled togethe
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxPageTokens = 256;
 
-/// One unit of work: some query rows of a group, for the query heads that share one KV head.
+/// One unit of work: some query rows of a group, for the query heads that share one KV head, over the pages
+/// [page_begin, page_end) of the group's visible pages (counted across its segments in order). A tile that
+/// covers only part of the pages writes its unnormalised partial result (m, l, acc) to `partial` for merging
+/// (flash-decoding); otherwise it writes the output rows.
 struct Tile {
   const AttentionGroup* group;
   int row_begin, row_end;  // absolute query rows
   int kv_head;
+  int page_begin = 0, page_end = std::numeric_limits<int>::max();
+  float* partial = nullptr;
 };
+
+/// Visible pages of a group for rows [row_begin, row_end).
+int visible_pages(const AttentionGroup& g, int row_begin, int row_end, int page_tokens) {
+  int pages = 0;
+  for (const KvSegment& seg : g.segments) {
+    int row0 = row_begin - g.q_begin, n_rows = row_end - row_begin;
+    int visible = seg.causal_base >= 0 ? std::min(seg.n_tokens, seg.causal_base + row0 + n_rows) : seg.n_tokens;
+    pages += (visible + page_tokens - 1) / page_tokens;
+  }
+  return pages;
+}
 
 constexpr int kLanes = 16;  // one AVX-512 register of floats; the fast paths work in blocks of this many
 
@@ -151,19 +169,28 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
       std::copy(src, src + head_dim, q_base.begin() + size_t(r * heads_per_kv + hh) * head_dim);
     }
 
+  int page_index = 0;  // position in the group's visible page sequence
   for (const KvSegment& seg : tile.group->segments) {
+    // The farthest any row of this tile can see in this segment.
+    const int row0 = tile.row_begin - tile.group->q_begin;
+    const int visible_max =
+        seg.causal_base >= 0 ? std::min(seg.n_tokens, seg.causal_base + row0 + n_rows) : seg.n_tokens;
+    const int seg_pages = (visible_max + kv.page_tokens - 1) / kv.page_tokens;
+    const int first = std::max(0, tile.page_begin - page_index);
+    const int last = std::min(seg_pages, tile.page_end - page_index);
+    page_index += seg_pages;
+    if (first >= last) continue;
     const float* qs = q_base.data();
     if (seg.delta != 0) {
       // Keys were rotated at their encoded positions; the segment sits `delta` later. Rotating the query by
       // -delta gives the same score as re-rotating every key by +delta.
       q_rot.assign(q_base.begin(), q_base.end());
-      for (int i = 0; i < nq; ++i) rope_head(q_rot.data() + size_t(i) * head_dim, head_dim, -int64_t(seg.delta), rope);
+      float cos_table[kMaxRopePairs], sin_table[kMaxRopePairs];
+      rope_angles(-int64_t(seg.delta), rope, cos_table, sin_table);
+      for (int i = 0; i < nq; ++i) rotate_head(q_rot.data() + size_t(i) * head_dim, cos_table, sin_table, rope);
       qs = q_rot.data();
     }
-    // The farthest any row of this tile can see in this segment.
-    int row0 = tile.row_begin - tile.group->q_begin;
-    int visible_max = seg.causal_base >= 0 ? std::min(seg.n_tokens, seg.causal_base + row0 + n_rows) : seg.n_tokens;
-    for (int t0 = 0; t0 < visible_max; t0 += kv.page_tokens) {
+    for (int t0 = first * kv.page_tokens; t0 < last * kv.page_tokens; t0 += kv.page_tokens) {
       const float* page = seg.pages[t0 / kv.page_tokens];
       int n_keys = std::min(kv.page_tokens, visible_max - t0);
       const float* kt = page + kv.k_tile(layer, tile.kv_head);
@@ -194,6 +221,12 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
     }
   }
 
+  if (tile.partial) {
+    std::copy(m.begin(), m.begin() + nq, tile.partial);
+    std::copy(l.begin(), l.begin() + nq, tile.partial + nq);
+    std::copy(acc.begin(), acc.begin() + size_t(nq) * head_dim, tile.partial + 2 * nq);
+    return;
+  }
   for (int r = 0; r < n_rows; ++r)
     for (int hh = 0; hh < heads_per_kv; ++hh) {
       int i = r * heads_per_kv + hh;
@@ -214,8 +247,66 @@ void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& 
   for (const AttentionGroup& g : groups)
     for (int r = g.q_begin; r < g.q_end; r += kMaxRowsPerTile)
       for (int h = 0; h < kv.n_kv_heads; ++h) tiles.push_back({&g, r, std::min(g.q_end, r + kMaxRowsPerTile), h});
+
+  const int n_threads = omp_get_max_threads();
+  if (n_threads == 1 || int(tiles.size()) >= 2 * n_threads) {
 #pragma omp parallel for schedule(dynamic, 1)
-  for (size_t i = 0; i < tiles.size(); ++i) run_tile(tiles[i], layer, q, n_heads, kv, rope, scale, out);
+    for (size_t i = 0; i < tiles.size(); ++i) run_tile(tiles[i], layer, q, n_heads, kv, rope, scale, out);
+    return;
+  }
+
+  // Too few tiles to keep every thread busy (decode over a long context): split each tile's pages into parts
+  // computed in parallel, then merge the parts with their softmax statistics (flash-decoding).
+  const int heads_per_kv = n_heads / kv.n_kv_heads;
+  const int head_dim = kv.head_dim;
+  thread_local std::vector<float> partials;
+  std::vector<Tile> parts;
+  std::vector<std::pair<size_t, size_t>> parts_of(tiles.size());  // [first, end) in `parts`
+  std::vector<size_t> offsets;
+  size_t floats = 0;
+  for (size_t t = 0; t < tiles.size(); ++t) {
+    const Tile& whole = tiles[t];
+    int pages = visible_pages(*whole.group, whole.row_begin, whole.row_end, kv.page_tokens);
+    int n_parts = std::clamp((4 * n_threads + int(tiles.size()) - 1) / int(tiles.size()), 1, std::max(1, pages / 4));
+    int nq = (whole.row_end - whole.row_begin) * heads_per_kv;
+    parts_of[t] = {parts.size(), parts.size() + n_parts};
+    for (int p = 0; p < n_parts; ++p) {
+      Tile part = whole;
+      part.page_begin = int(int64_t(pages) * p / n_parts);
+      part.page_end = int(int64_t(pages) * (p + 1) / n_parts);
+      parts.push_back(part);
+      offsets.push_back(floats);
+      floats += size_t(nq) * (head_dim + 2);
+    }
+  }
+  partials.resize(floats);
+  for (size_t i = 0; i < parts.size(); ++i) parts[i].partial = partials.data() + offsets[i];
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t i = 0; i < parts.size(); ++i) run_tile(parts[i], layer, q, n_heads, kv, rope, scale, out);
+
+  const size_t q_stride = size_t(n_heads) * head_dim;
+  for (size_t t = 0; t < tiles.size(); ++t) {
+    const Tile& whole = tiles[t];
+    const int nq = (whole.row_end - whole.row_begin) * heads_per_kv;
+    for (int i = 0; i < nq; ++i) {
+      float m_all = -std::numeric_limits<float>::infinity();
+      for (size_t p = parts_of[t].first; p < parts_of[t].second; ++p) m_all = std::max(m_all, parts[p].partial[i]);
+      const int r = i / heads_per_kv, h = whole.kv_head * heads_per_kv + i % heads_per_kv;
+      float* dst = out + size_t(whole.row_begin + r) * q_stride + size_t(h) * head_dim;
+      std::fill(dst, dst + head_dim, 0.0f);
+      float l_all = 0.0f;
+      for (size_t p = parts_of[t].first; p < parts_of[t].second; ++p) {
+        const float* part = parts[p].partial;
+        if (part[nq + i] == 0.0f) continue;  // this part saw no key of row i
+        const float w = std::exp(part[i] - m_all);
+        l_all += part[nq + i] * w;
+        const float* acc = part + 2 * nq + size_t(i) * head_dim;
+        for (int d = 0; d < head_dim; ++d) dst[d] += acc[d] * w;
+      }
+      const float inv = l_all > 0.0f ? 1.0f / l_all : 0.0f;
+      for (int d = 0; d < head_dim; ++d) dst[d] *= inv;
+    }
+  }
 }
 
 }  // namespace choreo::kernels::cpu

@@ -82,7 +82,7 @@ void rope_angles(int64_t pos, const RopeParams& p, float* cos_out, float* sin_ou
   angles_from(pos, p.n_dims / 2, inv_freq, cos_out, sin_out);
 }
 
-static void rotate_head(float* h, const float* c, const float* s, const RopeParams& p) {
+void rotate_head(float* h, const float* c, const float* s, const RopeParams& p) {
   int half = p.n_dims / 2;
   if (p.layout == RopeParams::Layout::Interleaved) {
     for (int i = 0; i < half; ++i) {

@@ -19,6 +19,8 @@ void add(float* x, const float* y, size_t n);
 void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const RopeParams& p);
 /// Rotates one head vector by `pos` (may be negative or fractional-free shift); used for virtual repositioning.
 void rope_head(float* head, int head_dim, int64_t pos, const RopeParams& p);
+/// Rotates one head vector by the angles of rope_angles (so one table serves many heads).
+void rotate_head(float* head, const float* cos_table, const float* sin_table, const RopeParams& p);
 /// The angle table of one position: cos/sin for each of the n_dims/2 rotation pairs.
 void rope_angles(int64_t pos, const RopeParams& p, float* cos_out, float* sin_out);
 

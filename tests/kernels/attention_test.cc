@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <doctest/doctest.h>
+#include <omp.h>
 
 #include "kernels/backend.h"
 #include "kernels/cpu/attention.h"
@@ -111,11 +112,17 @@ void run_case(RopeParams::Layout layout, bool with_factors, uint32_t seed) {
 }
 
 TEST_CASE("segment attention with shifts, gaps, overlaps and a causal own segment equals float64 brute force") {
-  for (uint32_t seed = 1; seed <= 4; ++seed) {
-    run_case(RopeParams::Layout::Interleaved, false, seed);
-    run_case(RopeParams::Layout::Halves, false, seed);
-    run_case(RopeParams::Layout::Interleaved, true, seed);
+  // One thread: whole tiles. Two threads: few tiles, so each is split over its pages and merged.
+  const int threads_before = omp_get_max_threads();
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    for (uint32_t seed = 1; seed <= 4; ++seed) {
+      run_case(RopeParams::Layout::Interleaved, false, seed);
+      run_case(RopeParams::Layout::Halves, false, seed);
+      run_case(RopeParams::Layout::Interleaved, true, seed);
+    }
   }
+  omp_set_num_threads(threads_before);
 }
 
 }  // namespace
