@@ -1,0 +1,90 @@
+#include "dsl/expr/source.h"
+
+#include <algorithm>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace choreo::dsl::expr {
+
+SourceLocation SourceText::location_at(size_t offset) const {
+  offset = std::min(offset, text.size());
+  SourceLocation where = start;
+  size_t line_start = 0;
+  int newlines = 0;
+  for (size_t i = 0; i < offset; ++i) {
+    if (text[i] == '\n') {
+      ++newlines;
+      line_start = i + 1;
+    }
+  }
+  if (newlines == 0) {
+    where.col = std::max(start.col, 1) + static_cast<int>(offset);
+  } else {
+    where.line = start.line + newlines;
+    where.col = 1 + static_cast<int>(offset - line_start);
+  }
+  if (start.line <= 0) where.line = 0;  // unknown line: keep only the column relative to the text
+  return where;
+}
+
+std::string SourceText::quoted_line_at(size_t offset) const {
+  offset = std::min(offset, text.size());
+  size_t begin = offset;
+  while (begin > 0 && text[begin - 1] != '\n') --begin;
+  size_t end = text.find('\n', begin);
+  if (end == std::string::npos) end = text.size();
+  std::string line = text.substr(begin, end - begin);
+  for (char& c : line)
+    if (c == '\t' || c == '\r') c = ' ';  // keep the caret aligned
+  // On the text's first line, indent by the start column so the caret under location_at(...).col lines up.
+  if (begin == 0 && start.col > 1) line.insert(0, static_cast<size_t>(start.col - 1), ' ');
+  return line;
+}
+
+InputError SourceText::error_at(size_t offset, std::string message, std::string hint) const {
+  return InputError(std::move(message), std::move(hint), location_at(offset), quoted_line_at(offset));
+}
+
+/// Edits (insert, delete, substitute, swap two neighbours) turning `a` into `b`: typos like 'modle' are 1 away.
+static size_t edit_distance(std::string_view a, std::string_view b) {
+  const size_t width = b.size() + 1;
+  std::vector<size_t> d((a.size() + 1) * width);
+  for (size_t i = 0; i <= a.size(); ++i) d[i * width] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t best = std::min({d[(i - 1) * width + j] + 1, d[i * width + j - 1] + 1,
+                              d[(i - 1) * width + j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        best = std::min(best, d[(i - 2) * width + j - 2] + 1);
+      d[i * width + j] = best;
+    }
+  }
+  return d[a.size() * width + b.size()];
+}
+
+std::string closest_name(std::string_view name, std::span<const std::string> candidates) {
+  if (name.size() > 64) return {};
+  // A typo is at most a third of the word (at least 1, at most 3 edits) away.
+  const size_t allowed = std::clamp<size_t>(name.size() / 3, 1, 3);
+  std::string best;
+  size_t best_distance = allowed + 1;
+  for (const std::string& candidate : candidates) {
+    if (candidate == name || candidate.size() > name.size() + allowed || name.size() > candidate.size() + allowed) continue;
+    size_t d = edit_distance(name, candidate);
+    if (d < best_distance) {
+      best_distance = d;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+std::string with_suggestion(std::string base, std::string_view name, std::span<const std::string> candidates) {
+  std::string best = closest_name(name, candidates);
+  if (!best.empty()) base += fmt::format(" — did you mean '{}'?", best);
+  return base;
+}
+
+}  // namespace choreo::dsl::expr

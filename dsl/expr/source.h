@@ -1,0 +1,39 @@
+#pragma once
+// Expression text and where it sits in its file, so every error can point at the offending character.
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "runtime/common/error.h"
+
+namespace choreo::dsl::expr {
+
+/// The text of an expression or template plus the file location of its first character. Offsets into `text`
+/// map to file locations: on the first line the column is `start.col + offset`; after a newline in the text,
+/// lines count on from `start.line` and columns restart at 1 (the host passes texts whose later lines start
+/// at column 1 of the file, or accepts columns relative to the text's own lines).
+struct SourceText {
+  std::string text;
+  SourceLocation start;
+
+  /// The file location of the character at `offset` (offset == text.size() is the end of the text).
+  SourceLocation location_at(size_t offset) const;
+  /// The line of `text` holding `offset`, indented so that a caret at the location's column lines up.
+  std::string quoted_line_at(size_t offset) const;
+  /// An InputError at `offset` with the line quoted.
+  InputError error_at(size_t offset, std::string message, std::string hint = {}) const;
+};
+
+/// Shared ownership: an Expr and the errors raised while evaluating it point into the same text.
+using SourcePtr = std::shared_ptr<const SourceText>;
+
+/// The candidate closest to `name` by edit distance when it is close enough to be a likely typo, else "".
+std::string closest_name(std::string_view name, std::span<const std::string> candidates);
+
+/// `base` plus " — did you mean 'x'?" when a close candidate exists.
+std::string with_suggestion(std::string base, std::string_view name, std::span<const std::string> candidates);
+
+}  // namespace choreo::dsl::expr
