@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader with libFuzzer + ASan + UBSan.
-#   scripts/fuzz.sh [seconds=60]
+# Fuzzes the GGUF reader, then the other targets below (workflow YAML, expressions), with libFuzzer + ASan + UBSan.
+#   scripts/fuzz.sh [seconds=60]      (each target runs for that many seconds)
 # Builds build-fuzz/ with clang (the whole library instrumented), seeds build-fuzz/gguf-corpus with the shared
 # GGUF files and writer-made files, runs for the given time and exits non-zero on any crash, leak or timeout
 # (the failing input is saved as build-fuzz/artifacts/crash-*; re-run it with build-fuzz/gguf_fuzz <file>).
@@ -50,3 +50,84 @@ echo "fuzz.sh: fuzzing gguf_fuzz for ${seconds}s (corpus $corpus)"
 "$build/gguf_fuzz" "$corpus" \
   -max_total_time="$seconds" -max_len=1048576 -rss_limit_mb=2048 -timeout=20 \
   -dict="$dict" -artifact_prefix="$artifacts/" -print_final_stats=1
+
+# ---- the workflow parser (dsl/workflow_parser): seeds are the shipped workflows/*.yaml -------------------
+ninja -C "$build" -j2 workflow_fuzz
+workflow_corpus="$build/workflow-corpus"
+mkdir -p "$workflow_corpus"
+CHOREO_SOURCE_DIR="$root" CHOREO_FUZZ_SEED_DIR="$workflow_corpus" "$build/workflow_fuzz" -runs=0 "$workflow_corpus" \
+  >"$build/workflow-seed.log" 2>&1 || { cat "$build/workflow-seed.log" >&2; exit 1; }
+workflow_dict="$build/workflow.dict"
+cat >"$workflow_dict" <<'DICT'
+"name: "
+"steps:"
+"- decode: "
+"- prefill: "
+"- repeat: "
+"parents: "
+"{{"
+"for: "
+" in range("
+"&a "
+"*a"
+"|\x0a"
+DICT
+echo "fuzz.sh: fuzzing workflow_fuzz for ${seconds}s (corpus $workflow_corpus)"
+"$build/workflow_fuzz" "$workflow_corpus" \
+  -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 -timeout=20 \
+  -dict="$workflow_dict" -artifact_prefix="$artifacts/" -print_final_stats=1
+
+# ---- the expression language (dsl/expr): parse + evaluate + templates ------------------------------------
+ninja -C "$build" -j2 expr_fuzz
+expr_corpus="$build/expr-corpus"
+mkdir -p "$expr_corpus"
+# Seeds: one expression or template per file, covering the syntax and every library function.
+i=0
+while IFS= read -r seed; do
+  printf '%s' "$seed" >"$expr_corpus/seed_$i"
+  i=$((i + 1))
+done <<'SEEDS'
+answer[r-1][j] for j in range(agents) if j != i
+[[i, j] for i in range(3) for j in range(i) if i + j > 1]
+majority(votes) == 'yes' and not len(votes) < 2
+'many' if agents > 2 else cfg.model + str(x * 2 ** 3 // 1 % 7)
+regex_capture(r'answer: (\d+)', answer[0][0], 1) != null
+regex_match(r'^\d+$', '123') or boxed(problem) in ['a']
+json('{"a": [1, 2.5, null, true]}').a[-1:] + sorted([3, 1]) + split('a,b', ',')
+join([strip(lower(upper(s))) for s in votes], ', ')[1:4]
+int(' 42 ') + float('2.5') + sum([1, 2]) + min(1, 2) + max([3]) + index(votes, 'no')
+any([true]) and all([v != '' for v in votes]) and {'k': [1]}['k'][0] == 1
+Solve: {{ problem }} as Agent {{ i }}:\n{{{{ literal {{ votes }}
+SEEDS
+
+dict="$build/expr.dict"
+cat >"$dict" <<'DICT'
+"{{"
+"}}"
+" for "
+" in "
+" if "
+" else "
+" and "
+" or "
+"not "
+"range("
+"len("
+"majority("
+"regex_match("
+"regex_capture("
+"json("
+"boxed("
+"join("
+"sorted("
+"split("
+"**"
+"//"
+"r'"
+"\\boxed{"
+DICT
+
+echo "fuzz.sh: fuzzing expr_fuzz for ${seconds}s (corpus $expr_corpus)"
+"$build/expr_fuzz" "$expr_corpus" \
+  -max_total_time="$seconds" -max_len=4096 -rss_limit_mb=2048 -timeout=10 \
+  -dict="$dict" -artifact_prefix="$artifacts/expr-" -print_final_stats=1

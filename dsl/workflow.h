@@ -1,0 +1,223 @@
+#pragma once
+// The workflow AST: what a workflow file says after the YAML and schema checks, before any expression is
+// parsed. Expressions and templates are kept as text together with the location of their first character, so
+// the compile step (dsl/expr) can parse them and point its errors at the right character of the file.
+// The language is described in docs/workflow-language.md.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "runtime/common/error.h"
+
+namespace choreo::dsl {
+
+/// How a scalar was written in YAML; decides how an offset inside its value maps back to the file.
+enum class ScalarStyle { Plain, SingleQuoted, DoubleQuoted, Literal, Folded };
+
+/// A string from the file (a template, an expression or a name) and where its first character is.
+/// For `|`/`>` blocks `where` is the first character of the first non-blank content line.
+struct Text {
+  std::string value;
+  SourceLocation where;
+  ScalarStyle style = ScalarStyle::Plain;
+};
+
+/// An integer setting: a literal checked at parse time, or an expression evaluated at run time.
+struct IntSetting {
+  std::variant<int64_t, Text> value;
+  SourceLocation where;
+};
+
+/// A real-valued setting: a literal checked at parse time, or an expression evaluated at run time.
+struct FloatSetting {
+  std::variant<double, Text> value;
+  SourceLocation where;
+};
+
+/// Sampling settings; unset fields inherit (call → workflow `sampling:` → engine defaults).
+struct Sampling {
+  std::optional<FloatSetting> temperature;
+  std::optional<FloatSetting> top_p;
+  std::optional<IntSetting> top_k;
+  std::optional<IntSetting> max_tokens;
+  std::optional<IntSetting> seed;
+  std::optional<std::vector<Text>> stop;  ///< templates
+  SourceLocation where;
+};
+
+/// The types an input or parameter can have.
+enum class ValueType { String, Int, Float, Bool, List };
+
+/// A value given per run (`inputs: {problem: string}`), e.g. one dataset row or a `--input` flag.
+struct Input {
+  Text name;
+  ValueType type = ValueType::String;
+  std::optional<Text> description;
+  SourceLocation where;
+};
+
+/// A literal value (a parameter default); `items` holds the elements of a list.
+struct Literal {
+  ValueType type = ValueType::String;
+  std::string text;  ///< the source characters of a scalar
+  int64_t int_value = 0;
+  double float_value = 0;
+  bool bool_value = false;
+  std::vector<Literal> items;
+  SourceLocation where;
+};
+
+/// A named constant with a default that the command line may override (`params: {rounds: 3}`).
+struct Param {
+  Text name;
+  Literal value;
+  std::optional<Text> description;
+  SourceLocation where;
+};
+
+/// A participant in the workflow; `private:` messages belong to one.
+struct Agent {
+  Text name;
+  std::optional<Text> description;
+  std::optional<Text> color;
+  SourceLocation where;
+};
+
+/// The chat role a message is wrapped in; None means raw text without a chat template turn.
+enum class Role { None, System, User, Assistant };
+
+/// A message declared under `messages:`; exactly one of text / field / prompt is set.
+struct Message {
+  Text name;
+  Role role = Role::None;
+  std::optional<Text> text;        ///< a template
+  std::optional<Text> field;       ///< a dataset field name, used verbatim
+  std::optional<Text> prompt;      ///< a PML prompt (kept, reported unsupported at compile time)
+  std::optional<Text> private_to;  ///< an agent name (or a template naming one)
+  SourceLocation where;
+};
+
+/// `NAME in EXPR`: the header of a `for:` fan-out or a `repeat:` loop.
+struct Loop {
+  Text variable;
+  Text iterable;  ///< an expression
+  SourceLocation where;
+};
+
+/// The name a step defines: `cot` or `answer[r][i]` (base name plus index expressions).
+struct Target {
+  Text text;
+  Text base;
+  std::vector<Text> indices;
+};
+
+/// How a parent entry is written.
+enum class ParentForm {
+  Name,          ///< `start`
+  Indexed,       ///< `answer[r-1][j]` (any expression starting with a name)
+  Comprehension  ///< `answer[r-1][j] for j in range(agents) if j != i`: many parents
+};
+
+/// One entry of `parents:`; `at` places it at an explicit offset.
+struct Parent {
+  Text ref;
+  ParentForm form = ParentForm::Name;
+  std::string base;  ///< the leading name of `ref` (empty if it does not start with one)
+  std::optional<IntSetting> at;
+  SourceLocation where;
+};
+
+/// Which engine call a `prefill:` / `decode:` step makes.
+enum class CallKind { Prefill, Decode };
+
+/// A prefill or decode call, possibly fanned out with `for:`.
+struct Call {
+  CallKind kind = CallKind::Prefill;
+  Target as;
+  Role role = Role::None;
+  std::optional<Text> text;     ///< prefill: a template
+  std::optional<Text> message;  ///< prefill: the name of a declared message to encode here
+  std::optional<Text> header;   ///< decode: a template
+  std::vector<Parent> parents;
+  std::optional<IntSetting> new_offset;
+  std::optional<Text> agent;       ///< agent name or template
+  std::optional<Text> private_to;  ///< agent name or template
+  std::optional<Text> model;       ///< decode: model override
+  Sampling sampling;               ///< decode: overrides
+  std::optional<Loop> for_each;
+  std::optional<Text> when;  ///< an expression; the call is skipped when false
+  SourceLocation where;
+};
+
+/// `let: {name: expr, ...}`: binds names to values computed at run time.
+struct Binding {
+  Text name;
+  Text value;  ///< an expression
+};
+
+/// A `let:` step.
+struct Let {
+  std::vector<Binding> bindings;
+  std::optional<Text> when;
+  SourceLocation where;
+};
+
+/// A `select:` step: names the message an expression picks (`select: "cot[best]"`, `as: chosen`).
+struct Select {
+  Text as;
+  Text choice;  ///< an expression
+  std::optional<Text> when;
+  SourceLocation where;
+};
+
+struct Step;
+
+/// A `repeat:` loop over `NAME in EXPR` (the iterable bounds it) with an optional early stop.
+struct Repeat {
+  Loop loop;
+  std::optional<Text> until;  ///< an expression checked after each iteration
+  std::optional<Text> when;
+  std::vector<Step> steps;
+  SourceLocation where;
+};
+
+/// One entry of a `steps:` list.
+struct Step {
+  std::variant<Call, Repeat, Let, Select> node;
+};
+
+/// A whole workflow file.
+struct Workflow {
+  Text name;
+  std::optional<Text> description;
+  std::vector<Input> inputs;
+  std::vector<Param> params;
+  std::optional<Text> model;
+  Sampling sampling;
+  std::vector<Agent> agents;
+  std::vector<Message> messages;
+  std::vector<Step> steps;
+  std::optional<Text> output;  ///< a template
+  std::string file;            ///< the name used in locations
+  std::string source;          ///< the file's text, for quoting lines in later errors
+
+  /// The text of a 1-based line of the file (no newline), or "" if out of range.
+  std::string source_line(int line) const {
+    if (line <= 0) return {};
+    size_t start = 0;
+    for (int l = 1; l < line; ++l) {
+      start = source.find('\n', start);
+      if (start == std::string::npos) return {};
+      ++start;
+    }
+    size_t end = source.find('\n', start);
+    std::string out = source.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!out.empty() && out.back() == '\r') out.pop_back();
+    return out;
+  }
+};
+
+}  // namespace choreo::dsl

@@ -1,0 +1,179 @@
+#include "dsl/yaml_errors.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace choreo::dsl {
+
+namespace {
+
+constexpr size_t kMaxFileBytes = 4u << 20;  // a workflow is a page or two; 4 MiB is hostile, not long
+constexpr int kMaxFlowDepth = 64;           // yaml-cpp recurses per level; keep far from the stack's end
+constexpr int kMaxIndentColumns = 256;      // block nesting needs one column per level at least
+
+bool is_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
+
+/// Length of the valid UTF-8 sequence starting at s[i], or 0 if it is not one.
+size_t utf8_sequence_length(std::string_view s, size_t i) {
+  auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return 1;
+  size_t n = 0;
+  uint32_t code = 0;
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+    code = c & 0x1F;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    code = c & 0x0F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    code = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    auto d = static_cast<unsigned char>(s[i + k]);
+    if (!is_continuation(d)) return 0;
+    code = (code << 6) | (d & 0x3F);
+  }
+  // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+  if ((n == 3 && code < 0x800) || (n == 4 && (code < 0x10000 || code > 0x10FFFF)) ||
+      (code >= 0xD800 && code <= 0xDFFF)) {
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+SourceFile::SourceFile(std::string text, std::string name) : text_(std::move(text)), name_(std::move(name)) {
+  line_starts_.push_back(0);
+  for (size_t i = 0; i < text_.size(); ++i) {
+    if (text_[i] == '\n') line_starts_.push_back(i + 1);
+  }
+}
+
+SourceLocation SourceFile::at_offset(size_t byte_offset) const {
+  byte_offset = std::min(byte_offset, text_.size());
+  auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), byte_offset);
+  size_t line_index = static_cast<size_t>(it - line_starts_.begin()) - 1;
+  int col = 1;
+  for (size_t i = line_starts_[line_index]; i < byte_offset; ++i) {
+    if (!is_continuation(static_cast<unsigned char>(text_[i]))) ++col;
+  }
+  return SourceLocation{name_, static_cast<int>(line_index) + 1, col};
+}
+
+size_t SourceFile::offset_of(const SourceLocation& where) const {
+  if (where.line <= 0) return 0;
+  if (where.line > line_count()) return text_.size();
+  size_t i = line_starts_[where.line - 1];
+  for (int col = 1; col < where.col && i < text_.size() && text_[i] != '\n';) {
+    ++i;
+    while (i < text_.size() && is_continuation(static_cast<unsigned char>(text_[i]))) ++i;
+    ++col;
+  }
+  return i;
+}
+
+std::string SourceFile::line_text(int line) const {
+  if (line <= 0 || line > line_count()) return {};
+  size_t start = line_starts_[line - 1];
+  size_t end = text_.find('\n', start);
+  std::string out = text_.substr(start, end == std::string::npos ? std::string::npos : end - start);
+  if (!out.empty() && out.back() == '\r') out.pop_back();
+  return out;
+}
+
+InputError SourceFile::error(const SourceLocation& where, std::string message, std::string hint) const {
+  return InputError(std::move(message), std::move(hint), where, line_text(where.line));
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  // Optimal string alignment: insertions, deletions, substitutions and adjacent swaps ("strat" → "start")
+  // each cost one.
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+std::string did_you_mean(std::string_view word, std::span<const std::string> candidates) {
+  // Allow about one typo per three letters, at least one: `tempreature` → temperature, not `x` → y.
+  if (word.size() > 64) return {};
+  size_t limit = std::max<size_t>(1, word.size() / 3);
+  const std::string* best = nullptr;
+  size_t best_distance = limit + 1;
+  for (const auto& c : candidates) {
+    if (c.size() > word.size() + limit || word.size() > c.size() + limit) continue;
+    size_t d = edit_distance(word, c);
+    if (d < best_distance) {
+      best_distance = d;
+      best = &c;
+    }
+  }
+  return best ? fmt::format("did you mean `{}`?", *best) : std::string();
+}
+
+void precheck_yaml_text(const SourceFile& file) {
+  const std::string& s = file.text();
+  if (s.size() > kMaxFileBytes) {
+    throw InputError(fmt::format("workflow file is too large ({} bytes)", s.size()),
+                     fmt::format("workflow files are limited to {} bytes", kMaxFileBytes),
+                     SourceLocation{file.name(), 0, 0});
+  }
+  if (s.find_first_not_of(" \t\r\n") == std::string::npos) {
+    throw InputError("workflow file is empty", "a workflow needs at least `name:` and `steps:`",
+                     SourceLocation{file.name(), 0, 0});
+  }
+  int flow_depth = 0;
+  int indent = 0;
+  bool at_line_start = true;
+  for (size_t i = 0; i < s.size();) {
+    char c = s[i];
+    if (c == '\0') {
+      throw file.error(file.at_offset(i), "NUL byte in workflow file", "is this a binary file?");
+    }
+    size_t n = utf8_sequence_length(s, i);
+    if (n == 0) {
+      throw file.error(file.at_offset(i),
+                       fmt::format("invalid UTF-8 byte 0x{:02X}", static_cast<unsigned char>(c)),
+                       "workflow files must be UTF-8 encoded; re-save the file as UTF-8");
+    }
+    if (c == '\n') {
+      at_line_start = true;
+      indent = 0;
+    } else if (at_line_start && (c == ' ' || (c == '-' && i + 1 < s.size() && s[i + 1] == ' '))) {
+      // "- - - x" nests sequences on one line, so dashes count like indentation.
+      if (++indent > kMaxIndentColumns) {
+        throw file.error(
+            file.at_offset(i), "line is indented or nested too deeply",
+            fmt::format("workflow files allow at most {} columns of indentation", kMaxIndentColumns));
+      }
+    } else {
+      at_line_start = false;
+    }
+    if (c == '[' || c == '{') {
+      if (++flow_depth > kMaxFlowDepth) {
+        throw file.error(file.at_offset(i), "brackets are nested too deeply",
+                         fmt::format("workflow files allow at most {} nested [ ] or {{ }}", kMaxFlowDepth));
+      }
+    } else if ((c == ']' || c == '}') && flow_depth > 0) {
+      --flow_depth;
+    }
+    i += n;
+  }
+}
+
+}  // namespace choreo::dsl
