@@ -22,7 +22,9 @@ static void ensure_active_openmp_wait(char** argv) {
 
 int main(int argc, char** argv) {
   ensure_active_openmp_wait(argv);
-  CLI::App app{"choreo — runs LLM workflows on a global KV cache of messages (CPU backend)"};
+  CLI::App app{
+      "choreo — LLM inference on a global KV cache of messages (Prompt Choreography), CPU backend.\n"
+      "Workflow commands (run, check, profile, encode, eval) are not built yet."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "choreo 0.1.0");
   choreo::cli::register_generate(app);
