@@ -166,14 +166,13 @@ void Engine::encode(std::span<Work*> work) {
   rerotated_.clear();
 }
 
-kv::Message& Engine::new_message(const std::vector<Parent>& parents, const Placement& placement, int start,
-                                 const std::string& agent, kv::Visibility visibility) {
+kv::Message& Engine::new_message(const Placement& placement, int start, const std::string& agent,
+                                 kv::Visibility visibility) {
   kv::Message& m = store_.create();
   m.start_pos = start;
   for (const PlacedView& v : placement.parents) m.parents.push_back({v.message, v.offset});
   m.agent = agent;
   m.visibility = visibility;
-  (void)parents;
   return m;
 }
 
@@ -198,7 +197,7 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
     results[i].stats.start_pos = pl.new_start;
     if (!encode_now) {
       // Chat-API baselines keep only the text; decode calls re-encode it.
-      kv::Message& m = new_message(r.parents, pl, pl.new_start, r.agent, r.visibility);
+      kv::Message& m = new_message(pl, pl.new_start, r.agent, r.visibility);
       m.tokens = r.tokens;
       results[i].id = m.id;
       continue;
@@ -217,7 +216,7 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
       results[i].deduplicated = true;
       continue;
     }
-    kv::Message& m = new_message(r.parents, pl, pl.new_start, r.agent, r.visibility);
+    kv::Message& m = new_message(pl, pl.new_start, r.agent, r.visibility);
     m.tokens = r.tokens;
     works.push_back({&m, pl.parents, false, {}});
     work_of[i] = works.size() - 1;
@@ -275,7 +274,7 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
     if (budget < 0) throw InputError(fmt::format("decode #{}: max_tokens must not be negative", i));
     if (mode_ == Mode::Choreo) {
       Placement pl = place(store_, r.parents, r.new_offset, first_pos(), int(r.header.size()) + budget, n_ctx_);
-      kv::Message& m = new_message(r.parents, pl, pl.new_start, r.agent, r.visibility);
+      kv::Message& m = new_message(pl, pl.new_start, r.agent, r.visibility);
       m.tokens = r.header;
       works[i] = {&m, pl.parents, true, {}};
       outputs[i] = &m;
@@ -317,12 +316,12 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
     }
     Placement pl = place(store_, chunks, first_pos() + prefix_len[i], first_pos(),
                          int(flat.size()) - prefix_len[i] + budget, n_ctx_);
-    kv::Message& m = new_message(chunks, pl, pl.new_start, r.agent, r.visibility);
+    kv::Message& m = new_message(pl, pl.new_start, r.agent, r.visibility);
     m.tokens.assign(flat.begin() + prefix_len[i], flat.end());
     works[i] = {&m, pl.parents, true, {}};
     // The result names a text-only message holding what the call produced (header + generated), so a later
     // call that lists it as a parent re-encodes exactly that text.
-    kv::Message& out = new_message({}, Placement{}, first_pos(), r.agent, r.visibility);
+    kv::Message& out = new_message(Placement{}, first_pos(), r.agent, r.visibility);
     out.tokens = r.header;
     outputs[i] = &out;
     results[i].stats.n_reused = prefix_len[i];

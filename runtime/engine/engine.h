@@ -106,8 +106,8 @@ class Engine {
   struct Work;
   void encode(std::span<Work*> work);
   std::vector<kernels::KvSegment> segments_for(Work& w);
-  kv::Message& new_message(const std::vector<Parent>& parents, const Placement& placement, int start,
-                           const std::string& agent, kv::Visibility visibility);
+  kv::Message& new_message(const Placement& placement, int start, const std::string& agent,
+                           kv::Visibility visibility);
 
   const model::Model& model_;
   kv::MessageStore store_;
