@@ -63,5 +63,6 @@ ninja -C "$ROOT/build"
 if ((RUN_MAIN)); then
   say "running the main job: a chat turn with $MODEL"
   "$ROOT/build/choreo" generate --chat -m "$MODEL" -n 96 --temp 0 \
-    -p "In two sentences, why do multi-agent LLM workflows benefit from reusing cached prompt encodings?"
+    --system "You are a helpful AI assistant named SmolLM, trained by Hugging Face" \
+    -p "In two sentences, why is caching useful in computing?"
 fi
