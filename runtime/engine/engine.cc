@@ -176,6 +176,16 @@ kv::Message& Engine::new_message(const Placement& placement, int start, const st
   return m;
 }
 
+void Engine::release(kv::MessageId id) {
+  if (!store_.contains(id)) throw InputError(fmt::format("release: unknown message {}", id));
+  if (id == bos_) throw InputError("release: the implicit BOS message cannot be released");
+  // Prefix-mode sequences that run through this message can no longer be reused.
+  std::erase_if(prefix_entries_, [id](const PrefixEntry& e) {
+    return std::any_of(e.chunks.begin(), e.chunks.end(), [id](const auto& c) { return c.first == id; });
+  });
+  store_.erase(id);
+}
+
 PrefillResult Engine::prefill(const PrefillRequest& request) {
   return prefill_batch(std::span<const PrefillRequest>(&request, 1)).front();
 }

@@ -95,6 +95,11 @@ class Engine {
   DecodeResult decode(const DecodeRequest& request);
   std::vector<DecodeResult> decode_batch(std::span<const DecodeRequest> requests);
 
+  /// Frees a message's KV pages. Later calls naming it fail with "unknown message"; messages encoded over it
+  /// keep their own encodings (visibility is not transitive). The implicit BOS cannot be released.
+  /// Throws InputError for an unknown id or the BOS.
+  void release(kv::MessageId id);
+
   kv::MessageStore& store() { return store_; }
   const model::Model& model() const { return model_; }
   Mode mode() const { return mode_; }

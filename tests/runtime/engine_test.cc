@@ -347,6 +347,25 @@ TEST_CASE("deduplication: an identical prefill returns the existing encoding and
   CHECK(pool.bytes_in_use() == expected * pool.page_bytes());
 }
 
+TEST_CASE("release returns a message's pages; children keep their encodings; the released id is unknown") {
+  const model::Model& m = *stories().model;
+  kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);
+  Engine e(m, pool);
+  auto a = e.prefill({text(m, "The big red dog ran to the park and played with a ball all day."), {}, {}, "", kv::Visibility::Public}).id;
+  auto b = e.prefill({text(m, " Then it slept."), {{a, {}, {}}}, {}, "", kv::Visibility::Public}).id;
+  auto header = text(m, " The end");
+  auto before = decode_logits(e, {{b, {}, {}}}, header);
+  const size_t pages = pool.pages_in_use();
+  const size_t a_pages = e.store().get(a).pages.pages().size();
+  e.release(a);
+  CHECK(pool.pages_in_use() == pages - a_pages);
+  auto after = decode_logits(e, {{b, {}, {}}}, header);
+  for (size_t i = 0; i < before.size(); ++i) CHECK(max_diff(before[i], after[i]) == 0.0);
+  CHECK_THROWS_AS(e.prefill({text(m, "x"), {{a, {}, {}}}, {}, "", kv::Visibility::Public}), InputError);
+  CHECK_THROWS_AS(e.release(a), InputError);
+  CHECK_THROWS_AS(e.release(0), InputError);  // the BOS
+}
+
 TEST_CASE("isolation: perturbing a non-parent's KV leaves logits bit-identical; perturbing a parent does not") {
   const model::Model& m = *stories().model;
   kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);
