@@ -29,5 +29,6 @@ void register_tokenize(CLI::App& app);
 void register_model(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_exec(CLI::App& app);
+void register_run(CLI::App& app);
 
 }  // namespace choreo::cli

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   ensure_active_openmp_wait(argv);
   CLI::App app{
       "choreo — LLM inference on a global KV cache of messages (Prompt Choreography), CPU backend.\n"
-      "Workflow commands (run, check, profile, encode, eval) are not built yet."};
+      "choreo run executes workflows; check, profile, encode and eval are not built yet."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "choreo 0.1.0");
   choreo::cli::register_generate(app);
@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   choreo::cli::register_model(app);
   choreo::cli::register_bench(app);
   choreo::cli::register_exec(app);
+  choreo::cli::register_run(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

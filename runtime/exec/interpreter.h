@@ -1,0 +1,66 @@
+#pragma once
+// The workflow interpreter: runs a parsed dsl::Workflow on a runtime::Engine for one set of inputs
+// (docs/workflow-language.md). Static messages are prefilled in one batch, steps run in file order, each
+// `for` fan-out is one batched engine call, and every expression is evaluated by dsl/expr against a scope of
+// inputs, params, loop variables and the names steps have bound (messages as MessageRef{id, text}).
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dsl/workflow.h"
+#include "runtime/engine/engine.h"
+
+namespace choreo::exec {
+
+/// Values given on the command line for one run: `--input k=v` and `--param k=v`, as written.
+struct RunArguments {
+  std::map<std::string, std::string> inputs;
+  std::map<std::string, std::string> params;
+};
+
+/// One message the run created: a static message, a prefill or a decode.
+struct MessageRecord {
+  std::string name;  ///< the bound name, with indices (`answer[1][2]`)
+  std::string kind;  ///< "message", "prefill" or "decode"
+  kv::MessageId id = kv::kNoMessage;
+  std::string agent;
+  bool is_private = false;
+  std::vector<std::string> parents;  ///< the parents' names, in placement order
+  std::string text;                  ///< the rendered text (message, prefill) or the generated text (decode)
+  std::string stop_reason;           ///< decodes: "eog", "stop" or "length"
+  std::vector<model::Token> tokens;  ///< the message's tokens (a decode: header, then the generated tokens)
+  int n_generated = 0;               ///< decodes: generated tokens (the tail of `tokens`)
+  int start_pos = 0;
+  int n_computed = 0;
+  int n_reused = 0;
+  double ttft_ms = 0;
+  double total_ms = 0;
+};
+
+/// One engine call the interpreter issued: a prefill_batch or decode_batch of `size` requests.
+struct BatchRecord {
+  std::string kind;  ///< "prefill" or "decode"
+  int size = 0;
+};
+
+/// What a run produced: every message in creation order, the engine batches, and the rendered output.
+struct RunResult {
+  std::vector<MessageRecord> messages;
+  std::vector<BatchRecord> batches;
+  std::string output;
+};
+
+/// Hooks a caller may set; `on_decoded` is called for each decode as soon as its batch finishes.
+struct RunHooks {
+  std::function<void(const MessageRecord&)> on_decoded;
+};
+
+/// Runs `workflow` once on `engine`. Inputs without a value and unknown or mistyped `--input`/`--param`
+/// keys, expression errors, unsupported constructs (PML prompts, a per-call model other than the loaded
+/// one) and engine errors (context overflow) are InputErrors, located in the workflow file where possible.
+RunResult run_workflow(const dsl::Workflow& workflow, runtime::Engine& engine, const RunArguments& arguments,
+                       const RunHooks& hooks = {});
+
+}  // namespace choreo::exec
