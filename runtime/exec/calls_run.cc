@@ -61,13 +61,10 @@ class Executor {
 
   std::string closing_after(const Call& call, const runtime::DecodeResult& result) const {
     if (call.role.empty()) return {};
-    const std::string suffix =
-        model::turn_affixes_after(engine_.model().chat_format(), call.role, call.previous_role).suffix;
-    if (!result.generated.empty() && vocab_.is_eog(result.generated.back())) {
-      const std::string last = vocab_.token_to_piece(result.generated.back(), true);
-      if (suffix.compare(0, last.size(), last) == 0) return suffix.substr(last.size());
-    }
-    return suffix;
+    const bool ended_on_eog = !result.generated.empty() && vocab_.is_eog(result.generated.back());
+    return model::unfinished_suffix(
+        model::turn_affixes_after(engine_.model().chat_format(), call.role, call.previous_role).suffix,
+        ended_on_eog ? vocab_.token_to_piece(result.generated.back(), true) : "");
   }
 
   /// The generated tokens' pieces, a final end-of-generation token excluded, cut before the first stop

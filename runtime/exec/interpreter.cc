@@ -267,12 +267,9 @@ class Interpreter {
 
   std::string closing_after(const Branch& b, const runtime::DecodeResult& r) const {
     if (b.role.empty()) return {};
-    const std::string suffix = model::turn_affixes_after(format_, b.role, b.previous_role).suffix;
-    if (!r.generated.empty() && vocab_.is_eog(r.generated.back())) {
-      const std::string last = vocab_.token_to_piece(r.generated.back(), true);
-      if (suffix.compare(0, last.size(), last) == 0) return suffix.substr(last.size());
-    }
-    return suffix;
+    const bool ended_on_eog = !r.generated.empty() && vocab_.is_eog(r.generated.back());
+    return model::unfinished_suffix(model::turn_affixes_after(format_, b.role, b.previous_role).suffix,
+                                    ended_on_eog ? vocab_.token_to_piece(r.generated.back(), true) : "");
   }
 
   // ---- static messages -------------------------------------------------------------------------------

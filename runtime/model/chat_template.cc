@@ -157,4 +157,10 @@ std::string render_chat(ChatFormat f, const std::vector<ChatMessage>& messages, 
   return out;
 }
 
+std::string unfinished_suffix(std::string_view suffix, std::string_view eog_piece) {
+  if (!eog_piece.empty() && suffix.substr(0, eog_piece.size()) == eog_piece)
+    return std::string(suffix.substr(eog_piece.size()));
+  return std::string(suffix);
+}
+
 }  // namespace choreo::model

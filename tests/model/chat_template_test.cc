@@ -260,3 +260,11 @@ TEST_CASE("chat: without a template the vocabulary's turn markers decide") {
   const std::string stories = choreo::testing::shared_file("models/stories260K.gguf");
   CHECK(model::detect_chat_format(choreo::gguf::File::open(stories)) == ChatFormat::None);
 }
+
+TEST_CASE("chat: a role reply leaves the part of its turn suffix it did not generate") {
+  const std::string suffix = choreo::model::turn_affixes(choreo::model::ChatFormat::ChatML, "assistant", false).suffix;
+  REQUIRE(suffix == "<|im_end|>\n");
+  CHECK(choreo::model::unfinished_suffix(suffix, "<|im_end|>") == "\n");  // the reply closed its own turn
+  CHECK(choreo::model::unfinished_suffix(suffix, "") == suffix);          // cut off by length or a stop string
+  CHECK(choreo::model::unfinished_suffix(suffix, "<|endoftext|>") == suffix);  // another EOG token
+}
