@@ -18,7 +18,6 @@ namespace {
 
 constexpr int kMaxRowsPerTile = 16;   // query rows of one group handled together
 constexpr int kMaxHeadDim = 256;
-constexpr int kMaxPageTokens = 256;
 
 /// One unit of work: some query rows of a group, for the query heads that share one KV head, over the pages
 /// [page_begin, page_end) of the group's visible pages (counted across its segments in order). A tile that
@@ -241,7 +240,7 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
 
 void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& kv,
                std::span<const AttentionGroup> groups, const RopeParams& rope, float scale, float* out) {
-  assert(kv.head_dim <= kMaxHeadDim && kv.page_tokens <= kMaxPageTokens);
+  assert(kv.head_dim <= kMaxHeadDim);
   assert(n_heads % kv.n_kv_heads == 0);
   std::vector<Tile> tiles;
   for (const AttentionGroup& g : groups)

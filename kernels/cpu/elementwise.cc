@@ -99,12 +99,6 @@ void rotate_head(float* h, const float* c, const float* s, const RopeParams& p) 
   }
 }
 
-void rope_head(float* head, int head_dim, int64_t pos, const RopeParams& p) {
-  float c[kMaxRopePairs], s[kMaxRopePairs];
-  rope_angles(pos, p, c, s);
-  rotate_head(head, c, s, p);
-}
-
 void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const RopeParams& p) {
   double inv_freq[kMaxRopePairs];
   inverse_frequencies(p, inv_freq);

@@ -17,8 +17,6 @@ void swiglu(const float* gate, const float* up, size_t n, float* out);
 void add(float* x, const float* y, size_t n);
 /// Rotates every head of each of the n rows of x by that row's position.
 void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const RopeParams& p);
-/// Rotates one head vector by `pos` (may be negative or fractional-free shift); used for virtual repositioning.
-void rope_head(float* head, int head_dim, int64_t pos, const RopeParams& p);
 /// Rotates one head vector by the angles of rope_angles (so one table serves many heads).
 void rotate_head(float* head, const float* cos_table, const float* sin_table, const RopeParams& p);
 /// The angle table of one position: cos/sin for each of the n_dims/2 rotation pairs.

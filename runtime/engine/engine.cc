@@ -16,12 +16,6 @@ double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void check_tokens(const std::vector<model::Token>& tokens, int n_vocab, const char* what) {
-  for (model::Token t : tokens)
-    if (t < 0 || t >= n_vocab)
-      throw InputError(fmt::format("{}: token id {} is outside the vocabulary (0..{})", what, t, n_vocab - 1));
-}
-
 /// Generated tokens as the text they continue the prompt with: the pieces joined as they are (detokenize
 /// would drop a SentencePiece leading space, which belongs to the continuation here).
 std::string continuation_text(const model::Vocab& vocab, std::span<const model::Token> tokens) {
@@ -192,7 +186,6 @@ PrefillResult Engine::prefill(const PrefillRequest& request) {
 
 std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest> requests) {
   const double t0 = now_ms();
-  const int n_vocab = model_.config().n_vocab;
   std::vector<PrefillResult> results(requests.size());
   std::vector<Work> works;
   works.reserve(requests.size());
@@ -202,7 +195,7 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
   for (size_t i = 0; i < requests.size(); ++i) {
     const PrefillRequest& r = requests[i];
     if (r.tokens.empty()) throw InputError(fmt::format("prefill #{} has no tokens", i), "give some text");
-    check_tokens(r.tokens, n_vocab, "prefill");
+    model_.check_tokens(r.tokens, "prefill");
     Placement pl = place(store_, r.parents, r.new_offset, first_pos(), int(r.tokens.size()), n_ctx_, encode_now);
     results[i].stats.start_pos = pl.new_start;
     if (!encode_now) {
@@ -266,7 +259,6 @@ static void fill_logprobs(std::span<const float> logits, model::Token chosen, in
 
 std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> requests) {
   const double t0 = now_ms();
-  const int n_vocab = model_.config().n_vocab;
   const model::Vocab& vocab = model_.vocab();
   const size_t n = requests.size();
   std::vector<DecodeResult> results(n);
@@ -279,7 +271,7 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
     if (r.header.empty())
       throw InputError(fmt::format("decode #{} has an empty header", i),
                        "a decode needs at least one header token: the first generated token follows it");
-    check_tokens(r.header, n_vocab, "decode header");
+    model_.check_tokens(r.header, "decode header");
     const int budget = r.exact_tokens.value_or(r.max_tokens);
     if (budget < 0) throw InputError(fmt::format("decode #{}: max_tokens must not be negative", i));
     if (mode_ == Mode::Choreo) {

@@ -158,6 +158,13 @@ void Model::load_weights() {
   }
 }
 
+void Model::check_tokens(std::span<const Token> tokens, std::string_view what) const {
+  for (Token t : tokens)
+    if (t < 0 || t >= config_.n_vocab)
+      throw InputError(fmt::format("{}{}token id {} is outside the vocabulary (0..{})", what, what.empty() ? "" : ": ",
+                                   t, config_.n_vocab - 1));
+}
+
 uint64_t Model::fingerprint() const {
   std::call_once(fingerprint_once_, [this] {
     std::span<const uint8_t> bytes = file_.bytes();

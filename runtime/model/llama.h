@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -82,6 +84,9 @@ class Model {
   kernels::KvLayout kv_layout(int page_tokens) const;
   /// Identity of the weights for content keys: XXH3 of the whole file (computed once, on first use).
   uint64_t fingerprint() const;
+
+  /// Throws InputError if any id is outside [0, n_vocab); `what` (may be empty) names the caller's input.
+  void check_tokens(std::span<const Token> tokens, std::string_view what = {}) const;
 
   /// Runs all layers on the batch: writes each row's K/V into its page slot and fills
   /// logits[i * n_vocab ...] for batch.logit_rows[i].

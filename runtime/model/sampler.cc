@@ -22,7 +22,8 @@ Token Sampler::sample(std::span<const float> logits) {
   candidates_.resize(keep);
   // Softmax at temperature, then the smallest prefix whose mass reaches top_p.
   const float max_logit = candidates_[0].first;
-  std::vector<double> probs(keep);
+  std::vector<double>& probs = probs_;
+  probs.resize(keep);
   double total = 0.0;
   for (int i = 0; i < keep; ++i) {
     probs[i] = std::exp(double(candidates_[i].first - max_logit) / params_.temperature);

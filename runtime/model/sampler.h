@@ -28,7 +28,8 @@ class Sampler {
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, Token>> candidates_;
+  std::vector<std::pair<float, Token>> candidates_;  // reused across calls: sampling allocates nothing
+  std::vector<double> probs_;
 };
 
 /// The index of the largest logit (the first on ties).

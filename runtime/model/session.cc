@@ -22,8 +22,7 @@ void Session::eval(std::span<const Token> tokens, std::vector<float>* last_logit
     throw InputError(fmt::format("context overflow: {} tokens exceed the model's context of {}", total, n_ctx_),
                      "shorten the prompt or lower -n");
   }
-  for (Token t : tokens)
-    if (t < 0 || t >= n_vocab) throw InputError(fmt::format("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1));
+  model_.check_tokens(tokens);
   pages_.reserve(total);
   if (all_logits) all_logits->assign(tokens.size() * size_t(n_vocab), 0.0f);
   std::vector<float> chunk_logits;
