@@ -110,7 +110,8 @@ Value repeat(const Value& sequence, int64_t count, Context& context, size_t offs
   const size_t n = count > 0 ? static_cast<size_t>(count) : 0;
   if (sequence.is_text()) {
     const std::string& text = sequence.as_text();
-    if (!text.empty() && n > context.limits().max_string_bytes / text.size())
+    if (text.empty()) return Value::string("");  // any count: no work, however large
+    if (n > context.limits().max_string_bytes / text.size())
       context.reserve_string(offset, context.limits().max_string_bytes + 1);  // throws
     context.reserve_string(offset, text.size() * n);
     std::string out;
@@ -119,7 +120,8 @@ Value repeat(const Value& sequence, int64_t count, Context& context, size_t offs
     return Value::string(std::move(out));
   }
   const List& items = sequence.as_list();
-  if (!items.empty() && n > context.limits().max_list_length / items.size())
+  if (items.empty()) return Value::list({});
+  if (n > context.limits().max_list_length / items.size())
     context.reserve_list(offset, context.limits().max_list_length + 1);  // throws
   context.reserve_list(offset, items.size() * n);
   List out;
