@@ -8,13 +8,18 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
 #include "dsl/workflow_parser.h"
 #include "runtime/common/error.h"
 #include "runtime/engine/engine.h"
+#include "runtime/common/atomic_file.h"
+#include "runtime/exec/instances.h"
 #include "runtime/exec/interpreter.h"
+#include "runtime/exec/run_report.h"
+#include "cli/stream_printer.h"
 #include "runtime/kv/page_pool.h"
 
 namespace choreo::cli {
@@ -22,9 +27,11 @@ namespace choreo::cli {
 namespace {
 
 struct RunOptions {
-  std::string workflow_path, model_path, mode = "choreo", json_path;
+  std::string workflow_path, model_path, mode = "choreo", json_path, trace_path, inputs_path;
   std::vector<std::string> inputs, params;
   int n_threads = 0;
+  int concurrency = 8;
+  bool no_leak = false;
   int cache_mib = 4096;
   int page_tokens = 32;
 };
@@ -74,76 +81,125 @@ std::string agent_colour(const dsl::Workflow& workflow, const std::string& agent
   return palette[std::hash<std::string>{}(agent) % 6];
 }
 
-void print_decode(const dsl::Workflow& workflow, const exec::MessageRecord& m, bool colour) {
-  const std::string who = m.agent.empty() ? m.name : fmt::format("{} ({})", m.name, m.agent);
-  if (colour)
-    std::cout << fmt::format("\033[1;{}m── {}\033[0m\n", agent_colour(workflow, m.agent), who);
-  else
-    std::cout << fmt::format("── {}\n", who);
-  std::cout << m.text << "\n\n" << std::flush;
-}
-
-nlohmann::ordered_json to_json(const exec::RunResult& r, const dsl::Workflow& workflow,
-                               const std::string& mode, const std::string& model_path) {
+/// The JSON document `--json` writes: the run(s) with the workflow, model and mode.
+nlohmann::ordered_json document(const dsl::Workflow& workflow, const RunOptions& o, const std::string& model_path,
+                                const std::vector<exec::InputRow>& rows,
+                                const std::vector<exec::InstanceOutcome>& outcomes) {
   nlohmann::ordered_json j;
   j["workflow"] = workflow.name.value;
   j["model"] = model_path;
-  j["mode"] = mode;
-  j["messages"] = nlohmann::ordered_json::array();
-  for (const exec::MessageRecord& m : r.messages) {
-    nlohmann::ordered_json e;
-    e["name"] = m.name;
-    e["kind"] = m.kind;
-    e["id"] = m.id;
-    e["agent"] = m.agent;
-    e["private"] = m.is_private;
-    e["parents"] = m.parents;
-    e["text"] = m.text;
-    if (m.kind == "decode") {
-      e["stop_reason"] = m.stop_reason;
-      e["n_generated"] = m.n_generated;
-    }
-    e["tokens"] = m.tokens;
-    e["start_pos"] = m.start_pos;
-    e["n_computed"] = m.n_computed;
-    e["n_reused"] = m.n_reused;
-    e["ttft_ms"] = m.ttft_ms;
-    e["total_ms"] = m.total_ms;
-    j["messages"].push_back(e);
+  j["mode"] = o.mode;
+  j["no_leak"] = o.no_leak;
+  if (rows.empty()) {
+    j.update(exec::run_json(outcomes.at(0).result));
+    return j;
   }
-  j["batches"] = nlohmann::ordered_json::array();
-  for (const exec::BatchRecord& b : r.batches) j["batches"].push_back({{"kind", b.kind}, {"size", b.size}});
-  j["output"] = r.output;
+  j["instances"] = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    nlohmann::ordered_json e = {{"line", rows[i].line}};
+    if (outcomes[i].error) {
+      try {
+        std::rethrow_exception(outcomes[i].error);
+      } catch (const std::exception& ex) {
+        e["error"] = ex.what();
+      }
+    } else {
+      e.update(exec::run_json(outcomes[i].result));
+    }
+    j["instances"].push_back(e);
+  }
   return j;
+}
+
+/// Prints an error that stopped one instance (of several) and keeps going.
+void report_instance_error(const std::exception_ptr& error, int line, const std::string& inputs_path) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "%s:%d: this row failed:\n%s", inputs_path.c_str(), line, e.render().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s:%d: this row failed: %s\n", inputs_path.c_str(), line, e.what());
+  }
 }
 
 void run_run(const RunOptions& o) {
   const runtime::Mode mode = runtime::parse_mode(o.mode);
   exec::RunArguments arguments{key_values(o.inputs, "--input"), key_values(o.params, "--param")};
   const dsl::Workflow workflow = dsl::load_workflow(o.workflow_path);
-  std::ofstream json_file;
-  if (!o.json_path.empty()) {
-    json_file.open(o.json_path, std::ios::binary);
-    if (!json_file) throw InputError(fmt::format("cannot write '{}'", o.json_path), "check the --json path");
-  }
+  std::vector<exec::InputRow> rows;
+  if (!o.inputs_path.empty()) rows = exec::read_input_rows(o.inputs_path, workflow, arguments);
+  if (!o.json_path.empty()) check_writable(o.json_path, "--json");
+  if (!o.trace_path.empty()) check_writable(o.trace_path, "--trace");
   LoadedModel lm = load_model(resolve_model(o, workflow), o.n_threads);
   kv::PagePool pool(lm.model->kv_layout(o.page_tokens), size_t(o.cache_mib) << 20);
   runtime::Engine engine(*lm.model, pool, mode);
 
   const bool colour = isatty(STDOUT_FILENO) != 0;
-  exec::RunHooks hooks;
-  hooks.on_decoded = [&](const exec::MessageRecord& m) { print_decode(workflow, m, colour); };
-  const exec::RunResult result = exec::run_workflow(workflow, engine, arguments, hooks);
-  if (workflow.output) {
-    std::cout << (colour ? "\033[1m── output\033[0m\n" : "── output\n") << result.output << "\n"
-              << std::flush;
+  auto colour_of = [&](const std::string& agent) { return colour ? agent_colour(workflow, agent) : std::string(); };
+  std::vector<exec::InstanceOutcome> outcomes;
+  if (rows.empty()) {
+    // One instance: stream every decode token by token.
+    StreamPrinter printer(lm.model->vocab(), colour_of, stdout);
+    exec::RunHooks hooks;
+    hooks.on_decode_start = [&](const std::vector<exec::DecodeBranch>& b) { printer.start(b); };
+    hooks.on_token = [&](size_t branch, model::Token t) { printer.token(branch, t); };
+    hooks.on_decoded = [&](const exec::MessageRecord& m) { printer.finished(m); };
+    exec::InstancesOptions options;
+    options.no_leak = o.no_leak;
+    options.hooks = [&](size_t) { return hooks; };
+    outcomes = exec::run_instances(workflow, engine, {arguments}, options);
+    if (outcomes[0].error) std::rethrow_exception(outcomes[0].error);
+    if (workflow.output)
+      std::cout << (colour ? "\033[1m── output\033[0m\n" : "── output\n") << outcomes[0].result.output << "\n"
+                << std::flush;
+  } else {
+    // Many instances: their calls share engine batches; each decode is printed when its batch finishes.
+    std::mutex print;
+    exec::InstancesOptions options;
+    options.concurrency = o.concurrency;
+    options.no_leak = o.no_leak;
+    options.hooks = [&](size_t i) {
+      exec::RunHooks hooks;
+      hooks.on_decoded = [&, i](const exec::MessageRecord& m) {
+        std::lock_guard lock(print);
+        const std::string who = m.agent.empty() ? m.name : fmt::format("{} ({})", m.name, m.agent);
+        const std::string c = colour_of(m.agent);
+        const std::string title = fmt::format("── row {} · {}", rows[i].line, who);
+        std::cout << (c.empty() ? title : fmt::format("\033[1;{}m{}\033[0m", c, title)) << "\n"
+                  << m.text << "\n\n" << std::flush;
+      };
+      return hooks;
+    };
+    std::vector<exec::RunArguments> all;
+    for (const exec::InputRow& r : rows) all.push_back(r.arguments);
+    outcomes = exec::run_instances(workflow, engine, all, options);
   }
-  if (json_file.is_open()) {
-    json_file << to_json(result, workflow, o.mode, lm.model->file().path())
-                     .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-              << '\n';
-    if (!json_file) throw RuntimeFailure(fmt::format("writing '{}' failed", o.json_path));
+
+  int failed = 0;
+  std::vector<exec::TracedRun> traced;
+  for (size_t i = 0; i < outcomes.size() && !rows.empty(); ++i) {
+    if (outcomes[i].error) {
+      ++failed;
+      report_instance_error(outcomes[i].error, rows[i].line, o.inputs_path);
+      continue;
+    }
+    if (workflow.output)
+      std::cout << (colour ? fmt::format("\033[1m── row {} output\033[0m\n", rows[i].line)
+                           : fmt::format("── row {} output\n", rows[i].line))
+                << outcomes[i].result.output << "\n";
   }
+  for (size_t i = 0; i < outcomes.size(); ++i)
+    if (!outcomes[i].error)
+      traced.push_back({rows.empty() ? workflow.name.value : fmt::format("row {}", rows[i].line),
+                        &outcomes[i].result});
+  if (!o.json_path.empty())
+    write_file_atomically(o.json_path, document(workflow, o, lm.model->file().path(), rows, outcomes)
+                                               .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+                                           "\n");
+  if (!o.trace_path.empty()) write_file_atomically(o.trace_path, exec::trace_json(traced).dump() + "\n");
+  if (failed > 0)
+    throw InputError(fmt::format("{} of {} rows failed (errors above)", failed, rows.size()),
+                     "the other rows ran; fix the failing rows and run them again");
 }
 
 }  // namespace
@@ -164,6 +220,15 @@ void register_run(CLI::App& app) {
       ->check(CLI::IsMember({"choreo", "prefix", "naive"}));
   cmd->add_option("--json", o->json_path,
                   "write every message (text, parents, tokens, timings) as JSON here");
+  cmd->add_option("--trace", o->trace_path,
+                  "write a Chrome/Perfetto trace (one track per agent) here; open it at ui.perfetto.dev");
+  cmd->add_option("--inputs", o->inputs_path,
+                  "run once per line of this JSON Lines file (keys naming inputs are used, others ignored)");
+  cmd->add_option("--concurrency", o->concurrency,
+                  "with --inputs: instances in flight at once; their ready calls share engine batches (default 8)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_flag("--no-leak", o->no_leak,
+                "re-encode parents whose encoding carries another agent's private messages (see choreo check)");
   cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget in MiB (default 4096)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--page-tokens", o->page_tokens, "tokens per KV page (default 32)")

@@ -30,5 +30,7 @@ void register_model(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_exec(CLI::App& app);
 void register_run(CLI::App& app);
+void register_profile(CLI::App& app);
+void register_cache(CLI::App& app);
 
 }  // namespace choreo::cli

@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
   choreo::cli::register_bench(app);
   choreo::cli::register_exec(app);
   choreo::cli::register_run(app);
+  choreo::cli::register_profile(app);
+  choreo::cli::register_cache(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

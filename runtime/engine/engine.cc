@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <unordered_map>
 
 #include "runtime/common/error.h"
+#include "runtime/store/disk_store.h"
 
 namespace choreo::runtime {
 
@@ -219,6 +221,12 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
       results[i].deduplicated = true;
       continue;
     }
+    if (std::optional<kv::MessageId> loaded = disk_ ? load_from_disk(key, 0) : std::nullopt) {
+      results[i].id = *loaded;
+      results[i].loaded = true;
+      results[i].stats.n_reused += int(r.tokens.size());
+      continue;
+    }
     kv::Message& m = new_message(pl, pl.new_start, r.agent, r.visibility);
     m.tokens = r.tokens;
     works.push_back({&m, pl.parents, false, {}});
@@ -230,6 +238,8 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
   for (Work& w : works) ptrs.push_back(&w);
   encode(ptrs);
   for (Work& w : works) store_.publish(*w.msg);
+  if (disk_ && persist_prefills_)
+    for (Work& w : works) persist(w.msg->id);
   const double t1 = now_ms();
   for (size_t i = 0; i < requests.size(); ++i) {
     if (work_of[i] != SIZE_MAX) results[i].id = works[work_of[i]].msg->id;
@@ -360,6 +370,7 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
       }
       res.generated.push_back(t);
       w.msg->tokens.push_back(t);
+      if (r.on_token) r.on_token(t);
       bool finished = false;
       if (!r.exact_tokens) {
         if (vocab.is_eog(t)) {
@@ -415,6 +426,96 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
     res.stats.total_ms = t1 - t0;
   }
   return results;
+}
+
+// ---- the persistent store (docs/store.md) ----------------------------------------------------------
+
+void Engine::set_disk_store(store::DiskStore* disk, bool persist_prefills) {
+  disk_ = disk;
+  persist_prefills_ = persist_prefills;
+}
+
+void Engine::persist(kv::MessageId id, uint64_t tag) {
+  if (!disk_) throw InputError("persist: no persistent store is set", "give a cache directory");
+  if (!store_.contains(id)) throw InputError(fmt::format("persist: unknown message {}", id));
+  const kv::Message& m = store_.get(id);
+  if (m.key == 0 || m.tokens.empty() || m.n_encoded != int(m.tokens.size()) || m.pages.pages().empty())
+    throw InputError(fmt::format("persist: message {} has no complete encoding", id),
+                     "only messages encoded in choreo mode can be persisted");
+  if (id == bos_) return;  // every engine encodes its own BOS
+  store::Compatibility expect{model_.fingerprint(), store_.pool().layout()};
+  store::EntryMeta meta;
+  for (const kv::PlacedParent& p : m.parents) {
+    if (!store_.contains(p.message))
+      throw InputError(
+          fmt::format("persist: message {} was encoded over message {}, which was released", id, p.message),
+          "persist a message before releasing its parents");
+    const kv::Message& parent = store_.get(p.message);
+    if (!disk_->open(parent.key, expect)) persist(p.message, tag);
+    meta.parents.push_back({parent.key, p.offset});
+  }
+  meta.model_fingerprint = model_.fingerprint();
+  meta.content_key = m.key;
+  meta.tag = tag;
+  meta.model_name = std::filesystem::path(model_.file().path()).filename().string();
+  meta.tokens = m.tokens;
+  meta.start_pos = m.start_pos;
+  meta.agent = m.agent;
+  meta.visibility = uint32_t(m.visibility);
+  meta.layout = store_.pool().layout();
+  std::vector<const float*> pages(m.pages.pages().begin(), m.pages.pages().end());
+  pages.resize(meta.n_pages());  // a decode may hold a spare page beyond its last token
+  disk_->save(meta, pages);
+}
+
+std::optional<kv::MessageId> Engine::load(uint64_t key) {
+  if (kv::Message* m = store_.find(key)) return m->id;
+  if (!disk_ || mode_ != Mode::Choreo) return std::nullopt;
+  return load_from_disk(key, 0);
+}
+
+std::optional<kv::MessageId> Engine::load_from_disk(uint64_t key, int depth) {
+  if (kv::Message* m = store_.find(key)) return m->id;
+  // Keys hash their parents' keys, so real ancestries are acyclic; the bound stops a crafted cycle.
+  constexpr int kMaxAncestry = 4096;
+  if (depth > kMaxAncestry) {
+    disk_->report_unusable(key, "ancestry deeper than 4096 messages");
+    return std::nullopt;
+  }
+  std::optional<store::MappedEntry> entry = disk_->open(key, {model_.fingerprint(), store_.pool().layout()});
+  if (!entry) return std::nullopt;
+  const store::EntryMeta& meta = entry->meta();
+  if (meta.start_pos + int64_t(meta.tokens.size()) > n_ctx_ ||
+      std::any_of(meta.tokens.begin(), meta.tokens.end(),
+                  [&](model::Token t) { return t < 0 || t >= model_.config().n_vocab; })) {
+    disk_->report_unusable(key, "tokens or positions outside this model's range");
+    return std::nullopt;
+  }
+  std::vector<kv::PlacedParent> parents;
+  for (const store::EntryParent& p : meta.parents) {
+    std::optional<kv::MessageId> parent = load_from_disk(p.key, depth + 1);
+    if (!parent || p.offset < 0 || p.offset > n_ctx_) return std::nullopt;
+    parents.push_back({*parent, int(p.offset)});
+  }
+  if (store_.content_key(meta.tokens, meta.start_pos, parents) != key) {
+    disk_->report_unusable(key, "its tokens and parents do not hash to its content key");
+    return std::nullopt;
+  }
+  kv::Message& m = store_.create();
+  m.tokens = meta.tokens;
+  m.start_pos = meta.start_pos;
+  m.parents = std::move(parents);
+  m.agent = meta.agent;
+  m.visibility =
+      meta.visibility == uint32_t(kv::Visibility::Private) ? kv::Visibility::Private : kv::Visibility::Public;
+  if (!disk_->read_pages(*entry, m.pages)) {
+    store_.erase(m.id);
+    return std::nullopt;
+  }
+  m.n_encoded = int(m.tokens.size());
+  store_.publish(m);
+  disk_->touch(key);
+  return m.id;
 }
 
 }  // namespace choreo::runtime

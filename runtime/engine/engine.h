@@ -3,6 +3,7 @@
 // Every call attends to its parents (placed at chosen offsets), to the implicit BOS, and to its own earlier
 // tokens; nothing else. Independent calls given together run as one batched forward pass per step.
 
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -12,6 +13,10 @@
 #include "runtime/kv/message_store.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/sampler.h"
+
+namespace choreo::store {
+class DiskStore;
+}
 
 namespace choreo::runtime {
 
@@ -51,6 +56,7 @@ struct PrefillRequest {
 struct PrefillResult {
   kv::MessageId id = kv::kNoMessage;
   bool deduplicated = false;  // an identical encoding already existed; nothing was computed
+  bool loaded = false;        // read from the persistent store (docs/store.md); nothing was computed
   CallStats stats;
 };
 
@@ -64,6 +70,7 @@ struct DecodeRequest {
   int logprobs = 0;                  // top-k log-probabilities per generated token
   bool record_logits = false;        // keep every step's full logits (tests)
   std::optional<int> exact_tokens;   // generate exactly this many tokens, ignoring EOG/stop (profiling)
+  std::function<void(model::Token)> on_token;  // called with each generated token as it is drawn (streaming)
   std::string agent;
   kv::Visibility visibility = kv::Visibility::Public;
 };
@@ -100,6 +107,17 @@ class Engine {
   /// Throws InputError for an unknown id or the BOS.
   void release(kv::MessageId id);
 
+  /// Uses a persistent store (not owned; null, the default, means none): a prefill whose content key is not
+  /// in memory is loaded from it when present. With `persist_prefills`, every computed prefill is saved to it.
+  void set_disk_store(store::DiskStore* disk, bool persist_prefills = false);
+  /// Saves a complete message's encoding to the disk store, with its ancestors that are not there yet (so it
+  /// can be loaded by key alone). `tag` is stored as-is (e.g. a PML schema hash). Throws InputError for an
+  /// unknown or incomplete message, or when no disk store is set.
+  void persist(kv::MessageId id, uint64_t tag = 0);
+  /// The message with this content key: in memory, else loaded from the disk store (parents first, by key),
+  /// else nullopt.
+  std::optional<kv::MessageId> load(uint64_t key);
+
   kv::MessageStore& store() { return store_; }
   const model::Model& model() const { return model_; }
   Mode mode() const { return mode_; }
@@ -113,6 +131,7 @@ class Engine {
   std::vector<kernels::KvSegment> segments_for(Work& w);
   kv::Message& new_message(const Placement& placement, int start, const std::string& agent,
                            kv::Visibility visibility);
+  std::optional<kv::MessageId> load_from_disk(uint64_t key, int depth);
 
   const model::Model& model_;
   kv::MessageStore store_;
@@ -121,6 +140,8 @@ class Engine {
   int n_ctx_;
   kv::MessageId bos_ = kv::kNoMessage;
   Repositioning repositioning_ = Repositioning::QueryRotation;
+  store::DiskStore* disk_ = nullptr;
+  bool persist_prefills_ = false;
   model::Batch batch_;
   model::RunState state_;
   std::vector<float> logits_;

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <span>
 #include <unordered_map>
@@ -118,7 +119,7 @@ struct Branch {
 
 class Interpreter {
  public:
-  Interpreter(const dsl::Workflow& workflow, runtime::Engine& engine, const RunHooks& hooks)
+  Interpreter(const dsl::Workflow& workflow, CallSink& engine, const RunHooks& hooks)
       : workflow_(workflow), engine_(engine), hooks_(hooks), vocab_(engine.model().vocab()) {
     // A model without a chat template gets ChatML's turns, as llama.cpp's chat tools do.
     format_ = engine.model().chat_format();
@@ -479,8 +480,8 @@ class Interpreter {
     throw error_at(where, fmt::format("{} {}: {}", kind, fmt::join(names, ", "), e.message()), e.hint());
   }
 
-  MessageRecord record_of(const Branch& b, std::string kind, kv::MessageId id,
-                          const runtime::CallStats& stats) {
+  MessageRecord record_of(const Branch& b, std::string kind, kv::MessageId id, const runtime::CallStats& stats,
+                          double start_ms) {
     MessageRecord r;
     r.name = b.name;
     r.kind = std::move(kind);
@@ -493,6 +494,7 @@ class Interpreter {
     r.n_reused = stats.n_reused;
     r.ttft_ms = stats.ttft_ms;
     r.total_ms = stats.total_ms;
+    r.start_ms = start_ms;
     return r;
   }
 
@@ -506,15 +508,16 @@ class Interpreter {
       requests.push_back({b.tokens, b.parents, b.new_offset, b.agent,
                           b.is_private ? kv::Visibility::Private : kv::Visibility::Public});
     std::vector<runtime::PrefillResult> results;
+    const double start_ms = clock_ms();
     try {
-      results = engine_.prefill_batch(requests);
+      results = engine_.prefill_batch(std::move(requests));
     } catch (const InputError& e) {
       engine_error(branches, kind, where, e);
     }
-    result_.batches.push_back({"prefill", int(requests.size())});
+    result_.batches.push_back({"prefill", int(branches.size())});
     for (size_t i = 0; i < branches.size(); ++i) {
       const Branch& b = branches[i];
-      MessageRecord r = record_of(b, kind, results[i].id, results[i].stats);
+      MessageRecord r = record_of(b, kind, results[i].id, results[i].stats, start_ms);
       r.text = b.text;
       r.tokens = b.tokens;
       result_.messages.push_back(r);
@@ -535,21 +538,34 @@ class Interpreter {
       d.stop = b.stop;
       d.agent = b.agent;
       d.visibility = b.is_private ? kv::Visibility::Private : kv::Visibility::Public;
+      if (hooks_.exact_tokens) d.exact_tokens = hooks_.exact_tokens(b.name);
+      if (hooks_.record_logits) d.record_logits = hooks_.record_logits(b.name);
+      if (hooks_.on_token) {
+        const size_t index = requests.size();
+        d.on_token = [this, index](model::Token t) { hooks_.on_token(index, t); };
+      }
       requests.push_back(std::move(d));
     }
+    if (hooks_.on_decode_start) {
+      std::vector<DecodeBranch> started;
+      for (const Branch& b : branches) started.push_back({b.name, b.agent, b.stop});
+      hooks_.on_decode_start(started);
+    }
     std::vector<runtime::DecodeResult> results;
+    const double start_ms = clock_ms();
     try {
-      results = engine_.decode_batch(requests);
+      results = engine_.decode_batch(std::move(requests));
     } catch (const InputError& e) {
       engine_error(branches, "decode", where, e);
     }
-    result_.batches.push_back({"decode", int(requests.size())});
+    result_.batches.push_back({"decode", int(branches.size())});
     for (size_t i = 0; i < branches.size(); ++i) {
       const Branch& b = branches[i];
       const runtime::DecodeResult& d = results[i];
-      MessageRecord r = record_of(b, "decode", d.id, d.stats);
+      MessageRecord r = record_of(b, "decode", d.id, d.stats, start_ms);
       r.text = d.text;
       r.stop_reason = d.stop_reason;
+      r.logits = d.logits;
       r.n_generated = int(d.generated.size());
       r.tokens = b.tokens;
       r.tokens.insert(r.tokens.end(), d.generated.begin(), d.generated.end());
@@ -561,7 +577,7 @@ class Interpreter {
   }
 
   const dsl::Workflow& workflow_;
-  runtime::Engine& engine_;
+  CallSink& engine_;
   const RunHooks& hooks_;
   const model::Vocab& vocab_;
   model::ChatFormat format_;
@@ -572,9 +588,19 @@ class Interpreter {
 
 }  // namespace
 
+double clock_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+RunResult run_workflow(const dsl::Workflow& workflow, CallSink& sink, const RunArguments& arguments,
+                       const RunHooks& hooks) {
+  return Interpreter(workflow, sink, hooks).run(arguments);
+}
+
 RunResult run_workflow(const dsl::Workflow& workflow, runtime::Engine& engine, const RunArguments& arguments,
                        const RunHooks& hooks) {
-  return Interpreter(workflow, engine, hooks).run(arguments);
+  DirectSink sink(engine);
+  return run_workflow(workflow, sink, arguments, hooks);
 }
 
 }  // namespace choreo::exec

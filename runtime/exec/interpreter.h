@@ -11,6 +11,7 @@
 
 #include "dsl/workflow.h"
 #include "runtime/engine/engine.h"
+#include "runtime/exec/call_sink.h"
 
 namespace choreo::exec {
 
@@ -37,6 +38,8 @@ struct MessageRecord {
   int n_reused = 0;
   double ttft_ms = 0;
   double total_ms = 0;
+  double start_ms = 0;  ///< when its batch was submitted, on the steady clock (exec::clock_ms())
+  std::vector<std::vector<float>> logits;  ///< decodes with RunHooks::record_logits: each step's logits
 };
 
 /// One engine call the interpreter issued: a prefill_batch or decode_batch of `size` requests.
@@ -52,15 +55,36 @@ struct RunResult {
   std::string output;
 };
 
-/// Hooks a caller may set; `on_decoded` is called for each decode as soon as its batch finishes.
+/// A decode about to run, as streaming hooks see it.
+struct DecodeBranch {
+  std::string name;
+  std::string agent;
+  std::vector<std::string> stop;  ///< its stop strings (the final text ends before the first one)
+};
+
+/// Hooks a caller may set. `on_decoded` is called for each decode as soon as its batch finishes.
+/// `on_decode_start` and `on_token` stream a batch as it is generated (token by token, on the engine's
+/// thread); `exact_tokens`, when set, forces a decode (by its bound name) to generate exactly that many
+/// tokens, ignoring EOG and stop strings (`choreo profile`).
 struct RunHooks {
   std::function<void(const MessageRecord&)> on_decoded;
+  std::function<void(const std::vector<DecodeBranch>&)> on_decode_start;
+  std::function<void(size_t branch, model::Token token)> on_token;
+  std::function<std::optional<int>(const std::string& name)> exact_tokens;
+  std::function<bool(const std::string& name)> record_logits;  ///< keep this decode's logits (tests)
 };
+
+/// Milliseconds on the steady clock (the time base of MessageRecord::start_ms).
+double clock_ms();
 
 /// Runs `workflow` once on `engine`. Inputs without a value and unknown or mistyped `--input`/`--param`
 /// keys, expression errors, unsupported constructs (PML prompts, a per-call model other than the loaded
 /// one) and engine errors (context overflow) are InputErrors, located in the workflow file where possible.
 RunResult run_workflow(const dsl::Workflow& workflow, runtime::Engine& engine, const RunArguments& arguments,
+                       const RunHooks& hooks = {});
+
+/// The same, sending engine calls to `sink` (a DirectSink, or a BatchScheduler's worker sink).
+RunResult run_workflow(const dsl::Workflow& workflow, CallSink& sink, const RunArguments& arguments,
                        const RunHooks& hooks = {});
 
 }  // namespace choreo::exec

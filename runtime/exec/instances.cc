@@ -1,0 +1,69 @@
+#include "runtime/exec/instances.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "runtime/common/error.h"
+#include "runtime/exec/leak_guard.h"
+#include "runtime/exec/scheduler.h"
+
+namespace choreo::exec {
+
+std::vector<InputRow> read_input_rows(const std::string& path, const dsl::Workflow& workflow,
+                                      const RunArguments& base) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("cannot read inputs file '{}'", path), "check the --inputs path");
+  std::vector<InputRow> rows;
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json row;
+    try {
+      row = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw InputError(fmt::format("line {} is not valid JSON: {}", number, e.what()),
+                       "write one JSON object per line, e.g. {\"problem\": \"What is 2+2?\"}",
+                       SourceLocation{path, number, int(std::min<size_t>(e.byte, line.size() + 1))}, line);
+    }
+    if (!row.is_object())
+      throw InputError(fmt::format("line {} is a JSON {}, not an object", number, row.type_name()),
+                       "write one JSON object per line", SourceLocation{path, number, 1}, line);
+    InputRow r{number, base};
+    for (const dsl::Input& input : workflow.inputs) {
+      auto it = row.find(input.name.value);
+      if (it == row.end()) continue;
+      r.arguments.inputs[input.name.value] = it->is_string() ? it->get<std::string>() : it->dump();
+    }
+    for (const dsl::Input& input : workflow.inputs)
+      if (!r.arguments.inputs.count(input.name.value))
+        throw InputError(fmt::format("line {} has no `{}`, an input of workflow `{}`", number, input.name.value,
+                                     workflow.name.value),
+                         fmt::format("add \"{}\" to every row, or give it to all rows with --input {}=VALUE",
+                                     input.name.value, input.name.value),
+                         SourceLocation{path, number, 1}, line.substr(0, 200));
+    rows.push_back(std::move(r));
+  }
+  if (rows.empty())
+    throw InputError(fmt::format("inputs file '{}' has no rows", path), "write one JSON object per line");
+  return rows;
+}
+
+std::vector<InstanceOutcome> run_instances(const dsl::Workflow& workflow, runtime::Engine& engine,
+                                           const std::vector<RunArguments>& arguments,
+                                           const InstancesOptions& options) {
+  std::vector<InstanceOutcome> outcomes(arguments.size());
+  std::optional<LeakGuard> guard;
+  if (options.no_leak) guard.emplace(engine);
+  BatchScheduler scheduler(engine, guard ? &*guard : nullptr);
+  const std::vector<std::exception_ptr> errors =
+      scheduler.run(arguments.size(), options.concurrency, [&](size_t i, CallSink& sink) {
+        const RunHooks hooks = options.hooks ? options.hooks(i) : RunHooks{};
+        outcomes[i].result = run_workflow(workflow, sink, arguments[i], hooks);
+      });
+  for (size_t i = 0; i < errors.size(); ++i) outcomes[i].error = errors[i];
+  return outcomes;
+}
+
+}  // namespace choreo::exec

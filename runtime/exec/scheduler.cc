@@ -1,0 +1,153 @@
+#include "runtime/exec/scheduler.h"
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+namespace choreo::exec {
+
+/// One batch of calls an instance is blocked on.
+struct BatchScheduler::Submission {
+  bool is_decode = false;
+  std::vector<runtime::PrefillRequest> prefills;
+  std::vector<runtime::DecodeRequest> decodes;
+  std::vector<runtime::PrefillResult> prefill_results;
+  std::vector<runtime::DecodeResult> decode_results;
+  std::exception_ptr error;
+  bool done = false;
+};
+
+/// The sink a worker's interpreter sees: each call blocks until the scheduler has run it.
+class BatchScheduler::WorkerSink final : public CallSink {
+ public:
+  explicit WorkerSink(BatchScheduler& scheduler) : scheduler_(scheduler) {}
+
+  std::vector<runtime::PrefillResult> prefill_batch(std::vector<runtime::PrefillRequest> requests) override {
+    Submission s;
+    s.prefills = std::move(requests);
+    wait(s);
+    return std::move(s.prefill_results);
+  }
+  std::vector<runtime::DecodeResult> decode_batch(std::vector<runtime::DecodeRequest> requests) override {
+    Submission s;
+    s.is_decode = true;
+    s.decodes = std::move(requests);
+    wait(s);
+    return std::move(s.decode_results);
+  }
+  const model::Model& model() const override { return scheduler_.engine_.model(); }
+
+ private:
+  void wait(Submission& s) {
+    std::unique_lock lock(scheduler_.mutex_);
+    scheduler_.pending_.push_back(&s);
+    --scheduler_.running_;
+    scheduler_.wake_scheduler_.notify_one();
+    scheduler_.wake_workers_.wait(lock, [&] { return s.done; });
+    lock.unlock();
+    if (s.error) std::rethrow_exception(s.error);
+  }
+
+  BatchScheduler& scheduler_;
+};
+
+namespace {
+
+/// Runs the requests of several submissions as one engine batch (`call`); if that fails, runs each
+/// submission on its own so an error reaches the instance that caused it, and only that one.
+template <typename Submission, typename Request, typename Result, typename Call>
+void run_merged(const std::vector<Submission*>& subs, std::vector<Request> Submission::*requests,
+                std::vector<Result> Submission::*results, const Call& call) {
+  if (subs.empty()) return;
+  std::vector<Request> merged;
+  for (Submission* s : subs) merged.insert(merged.end(), (s->*requests).begin(), (s->*requests).end());
+  try {
+    std::vector<Result> all = call(merged);
+    size_t at = 0;
+    for (Submission* s : subs) {
+      const size_t n = (s->*requests).size();
+      (s->*results).assign(std::make_move_iterator(all.begin() + at), std::make_move_iterator(all.begin() + at + n));
+      at += n;
+    }
+  } catch (...) {
+    if (subs.size() == 1) {
+      subs[0]->error = std::current_exception();
+      return;
+    }
+    for (Submission* s : subs) {
+      try {
+        s->*results = call(s->*requests);
+      } catch (...) {
+        s->error = std::current_exception();
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void BatchScheduler::execute(std::vector<Submission*>& ready) {
+  std::vector<Submission*> prefills, decodes;
+  for (Submission* s : ready) (s->is_decode ? decodes : prefills).push_back(s);
+  run_merged(prefills, &Submission::prefills, &Submission::prefill_results,
+             [&](std::vector<runtime::PrefillRequest>& requests) {
+               if (guard_) guard_->apply(requests);
+               ++n_batches_;
+               n_requests_ += int(requests.size());
+               return engine_.prefill_batch(requests);
+             });
+  run_merged(decodes, &Submission::decodes, &Submission::decode_results,
+             [&](std::vector<runtime::DecodeRequest>& requests) {
+               if (guard_) guard_->apply(requests);
+               ++n_batches_;
+               n_requests_ += int(requests.size());
+               return engine_.decode_batch(requests);
+             });
+}
+
+std::vector<std::exception_ptr> BatchScheduler::run(size_t n_jobs, int concurrency,
+                                                    const std::function<void(size_t, CallSink&)>& job) {
+  std::vector<std::exception_ptr> errors(n_jobs);
+  if (n_jobs == 0) return errors;
+  const int n_workers = int(std::min<size_t>(size_t(std::max(concurrency, 1)), n_jobs));
+  std::atomic<size_t> next{0};
+  {
+    std::lock_guard lock(mutex_);
+    running_ = n_workers;
+  }
+  std::vector<std::thread> workers;
+  for (int w = 0; w < n_workers; ++w) {
+    workers.emplace_back([&] {
+      WorkerSink sink(*this);
+      for (size_t i = next++; i < n_jobs; i = next++) {
+        try {
+          job(i, sink);
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      }
+      std::lock_guard lock(mutex_);
+      --running_;
+      wake_scheduler_.notify_one();
+    });
+  }
+  for (;;) {
+    std::unique_lock lock(mutex_);
+    wake_scheduler_.wait(lock, [&] { return running_ == 0; });
+    if (pending_.empty()) break;  // nobody running and nobody waiting: every worker has finished
+    std::vector<Submission*> ready = std::move(pending_);
+    pending_.clear();
+    lock.unlock();
+    execute(ready);
+    lock.lock();
+    for (Submission* s : ready) {
+      s->done = true;
+      ++running_;
+    }
+    wake_workers_.notify_all();
+  }
+  for (std::thread& t : workers) t.join();
+  return errors;
+}
+
+}  // namespace choreo::exec

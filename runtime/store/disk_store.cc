@@ -1,0 +1,360 @@
+#include "runtime/store/disk_store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "runtime/common/error.h"
+
+namespace choreo::store {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kEntrySuffix = ".ckv";
+constexpr std::string_view kTempSuffix = ".tmp";
+
+std::string errno_text() { return std::strerror(errno); }
+
+/// Holds a flock on `<dir>/lock` for its lifetime.
+class DirLock {
+ public:
+  DirLock(const std::string& dir, int operation) {
+    std::string path = dir + "/lock";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw RuntimeFailure(fmt::format("cannot open the store lock {}: {}", path, errno_text()));
+    while (::flock(fd_, operation) != 0) {
+      if (errno != EINTR) {
+        ::close(fd_);
+        throw RuntimeFailure(fmt::format("cannot lock {}: {}", path, errno_text()));
+      }
+    }
+  }
+  ~DirLock() { ::close(fd_); }  // closing releases the lock
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+void write_all(int fd, const void* data, size_t n, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw RuntimeFailure(fmt::format("cannot write {}: {}", path, errno_text()));
+    }
+    p += w;
+    n -= size_t(w);
+  }
+}
+
+void fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw RuntimeFailure(fmt::format("cannot open {}: {}", dir, errno_text()));
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw RuntimeFailure(fmt::format("cannot fsync {}: {}", dir, errno_text()));
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+/// The key of an entry file name `<16 hex>.ckv`, or nullopt for any other name.
+std::optional<uint64_t> entry_key_of(std::string_view name) {
+  if (name.size() != 16 + kEntrySuffix.size() || !ends_with(name, kEntrySuffix)) return std::nullopt;
+  return parse_key_hex(name.substr(0, 16));
+}
+
+Clock::time_point mtime_of(const struct stat& st) {
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(
+      std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
+}
+
+/// Removes a temporary file unless a live writer holds its lock (a killed writer's lock is gone).
+bool remove_temp_if_abandoned(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool removed = false;
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) removed = ::unlink(path.c_str()) == 0;
+  ::close(fd);
+  return removed;
+}
+
+uint64_t unix_ms_now() {
+  return uint64_t(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count());
+}
+
+}  // namespace
+
+std::string key_hex(uint64_t key) { return fmt::format("{:016x}", key); }
+
+std::optional<uint64_t> parse_key_hex(std::string_view text) {
+  if (text.size() != 16) return std::nullopt;
+  uint64_t key = 0;
+  for (char c : text) {
+    int digit = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
+    if (digit < 0) return std::nullopt;
+    key = key << 4 | uint64_t(digit);
+  }
+  return key;
+}
+
+DiskStore::DiskStore(std::string dir, bool create, WarningSink warn)
+    : dir_(std::move(dir)), warn_(std::move(warn)) {
+  if (dir_.empty()) throw InputError("the cache directory is empty", "give --cache-dir DIR");
+  std::error_code ec;
+  if (create) fs::create_directories(dir_, ec);
+  if (!fs::is_directory(dir_, ec)) {
+    throw InputError(fmt::format("cache directory {} {}", dir_,
+                                 fs::exists(dir_, ec) ? "is not a directory" : "does not exist"),
+                     create ? "check the permissions of its parent, or pick another --cache-dir"
+                            : "give an existing --cache-dir, or set CHOREO_CACHE_DIR");
+  }
+  if (!warn_) warn_ = [](const std::string& line) { std::fprintf(stderr, "warning: %s\n", line.c_str()); };
+}
+
+std::string DiskStore::entry_path(uint64_t key) const {
+  return dir_ + "/" + key_hex(key) + std::string(kEntrySuffix);
+}
+
+void DiskStore::report(const std::string& path, std::string_view what) {
+  if (warned_.insert(path).second)
+    warn_(fmt::format("store entry {}: {}; ignoring it (it will be re-encoded)", path, what));
+}
+
+void DiskStore::save(const EntryMeta& meta_in, std::span<const float* const> pages,
+                     const SaveOptions& options) {
+  EntryMeta meta = meta_in;
+  if (meta.created_unix_ms == 0) meta.created_unix_ms = unix_ms_now();
+  const size_t page_bytes = meta.page_bytes();
+  if (pages.size() != meta.n_pages() || meta.tokens.empty())
+    throw RuntimeFailure(fmt::format("store: entry {} has {} pages for {} tokens", key_hex(meta.content_key),
+                                     pages.size(), meta.tokens.size()));
+  std::vector<uint64_t> checksums(pages.size());
+  for (size_t i = 0; i < pages.size(); ++i) checksums[i] = XXH3_64bits(pages[i], page_bytes);
+  std::vector<uint8_t> header = encode_header(meta, checksums);
+
+  static std::atomic<uint64_t> sequence{0};
+  const std::string final_path = entry_path(meta.content_key);
+  const std::string temp_path = fmt::format("{}/.{}.{}.{}{}", dir_, key_hex(meta.content_key), ::getpid(),
+                                            sequence.fetch_add(1), kTempSuffix);
+  int fd = -1;
+  {
+    // The temp file's own lock tells gc it belongs to a live writer (the kernel drops it if we die). It is
+    // created and locked under the directory lock, so gc (holding it exclusively) never sees it unlocked.
+    DirLock shared(dir_, LOCK_SH);
+    fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) throw RuntimeFailure(fmt::format("cannot create {}: {}", temp_path, errno_text()));
+    if (::flock(fd, LOCK_EX) != 0) {
+      ::unlink(temp_path.c_str());
+      ::close(fd);
+      throw RuntimeFailure(fmt::format("cannot lock {}: {}", temp_path, errno_text()));
+    }
+  }
+  try {
+    write_all(fd, header.data(), header.size(), temp_path);
+    for (size_t i = 0; i < pages.size(); ++i) {
+      write_all(fd, pages[i], page_bytes, temp_path);
+      if (options.after_page) options.after_page(i);
+    }
+    if (::fsync(fd) != 0) throw RuntimeFailure(fmt::format("cannot fsync {}: {}", temp_path, errno_text()));
+    {
+      DirLock shared(dir_, LOCK_SH);
+      if (::rename(temp_path.c_str(), final_path.c_str()) != 0)
+        throw RuntimeFailure(fmt::format("cannot rename {} to {}: {}", temp_path, final_path, errno_text()));
+      fsync_dir(dir_);
+    }
+  } catch (...) {
+    ::unlink(temp_path.c_str());
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  warned_.erase(final_path);  // a fresh file deserves a fresh report if it goes bad
+}
+
+std::optional<MappedEntry> DiskStore::open(uint64_t key, const Compatibility& expect) {
+  const std::string path = entry_path(key);
+  std::optional<MappedFile> file = MappedFile::open(path);
+  if (!file) return std::nullopt;
+  ParsedEntry parsed = parse_entry(file->bytes());
+  EntryProblem problem = parsed.problem;
+  if (problem == EntryProblem::Ok) {
+    const EntryMeta& m = parsed.meta;
+    const kernels::KvLayout& want = expect.layout;
+    if (m.content_key != key)
+      problem = EntryProblem::WrongKey;
+    else if (m.model_fingerprint != expect.model_fingerprint)
+      problem = EntryProblem::WrongModel;
+    else if (m.layout.page_tokens != want.page_tokens || m.layout.n_layers != want.n_layers ||
+             m.layout.n_kv_heads != want.n_kv_heads || m.layout.head_dim != want.head_dim)
+      problem = EntryProblem::WrongLayout;
+  }
+  if (problem != EntryProblem::Ok) {
+    report(path, describe(problem));
+    return std::nullopt;
+  }
+  return MappedEntry{std::move(*file), std::move(parsed)};
+}
+
+bool DiskStore::read_pages(const MappedEntry& entry, kv::PageList& pages) {
+  const EntryMeta& m = entry.meta();
+  const std::span<const uint8_t> bytes = entry.file.bytes();
+  for (size_t i = 0; i < m.n_pages(); ++i) {
+    if (!page_intact(bytes, entry.parsed, i)) {
+      report(entry_path(m.content_key), fmt::format("{} (page {})", describe(EntryProblem::PageChecksum), i));
+      return false;
+    }
+  }
+  pages.reserve(int(m.tokens.size()));
+  const size_t page_bytes = m.page_bytes();
+  for (size_t i = 0; i < m.n_pages(); ++i)
+    std::memcpy(pages.pages()[i], bytes.data() + entry.parsed.pages_offset + i * page_bytes, page_bytes);
+  return true;
+}
+
+void DiskStore::touch(uint64_t key, std::optional<Clock::time_point> when) {
+  struct timespec times[2];
+  times[0].tv_nsec = UTIME_OMIT;
+  times[0].tv_sec = 0;
+  if (when) {
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when->time_since_epoch()).count();
+    times[1].tv_sec = time_t(ns / 1000000000);
+    times[1].tv_nsec = long(ns % 1000000000);
+  } else {
+    times[1].tv_sec = 0;
+    times[1].tv_nsec = UTIME_NOW;
+  }
+  // Best effort: an entry removed meanwhile, or owned by another user, simply keeps its old time.
+  (void)::utimensat(AT_FDCWD, entry_path(key).c_str(), times, 0);
+}
+
+std::vector<EntryInfo> DiskStore::list(bool verify_pages) const {
+  std::vector<EntryInfo> out;
+  std::error_code ec;
+  for (const fs::directory_entry& de : fs::directory_iterator(dir_, ec)) {
+    std::string name = de.path().filename().string();
+    std::optional<uint64_t> key = entry_key_of(name);
+    if (!key) continue;
+    struct stat st;
+    if (::stat(de.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;  // removed meanwhile
+    EntryInfo info;
+    info.key = *key;
+    info.path = de.path().string();
+    info.bytes = uint64_t(st.st_size);
+    info.last_use = mtime_of(st);
+    std::optional<MappedFile> file = MappedFile::open(info.path);
+    if (!file) continue;
+    ParsedEntry parsed = parse_entry(file->bytes());
+    info.problem = parsed.problem;
+    if (info.problem == EntryProblem::Ok && parsed.meta.content_key != *key)
+      info.problem = EntryProblem::WrongKey;
+    if (info.problem == EntryProblem::Ok && verify_pages) {
+      for (size_t i = 0; i < parsed.page_checksums.size(); ++i)
+        if (!page_intact(file->bytes(), parsed, i)) {
+          info.problem = EntryProblem::PageChecksum;
+          break;
+        }
+    }
+    if (parsed.problem == EntryProblem::Ok) info.meta = std::move(parsed.meta);
+    out.push_back(std::move(info));
+  }
+  if (ec) throw RuntimeFailure(fmt::format("cannot read the cache directory {}: {}", dir_, ec.message()));
+  std::sort(out.begin(), out.end(), [](const EntryInfo& a, const EntryInfo& b) { return a.key < b.key; });
+  return out;
+}
+
+size_t DiskStore::temp_files() const {
+  size_t n = 0;
+  std::error_code ec;
+  for (const fs::directory_entry& de : fs::directory_iterator(dir_, ec))
+    if (ends_with(de.path().filename().string(), kTempSuffix)) ++n;
+  return n;
+}
+
+bool DiskStore::remove(uint64_t key) {
+  DirLock exclusive(dir_, LOCK_EX);
+  return ::unlink(entry_path(key).c_str()) == 0;
+}
+
+size_t DiskStore::remove_all() {
+  DirLock exclusive(dir_, LOCK_EX);
+  size_t removed = 0;
+  std::error_code ec;
+  std::vector<fs::path> paths;
+  for (const fs::directory_entry& de : fs::directory_iterator(dir_, ec)) paths.push_back(de.path());
+  for (const fs::path& p : paths) {
+    std::string name = p.filename().string();
+    if (entry_key_of(name))
+      removed += ::unlink(p.c_str()) == 0;
+    else if (ends_with(name, kTempSuffix))
+      remove_temp_if_abandoned(p.string());
+  }
+  return removed;
+}
+
+GcReport DiskStore::gc(uint64_t max_bytes, std::chrono::seconds stale_temp_age) {
+  DirLock exclusive(dir_, LOCK_EX);
+  GcReport report;
+  const Clock::time_point now = Clock::now();
+  std::error_code ec;
+  std::vector<fs::path> temps;
+  for (const fs::directory_entry& de : fs::directory_iterator(dir_, ec))
+    if (ends_with(de.path().filename().string(), kTempSuffix)) temps.push_back(de.path());
+  for (const fs::path& p : temps) {
+    struct stat st;
+    if (::stat(p.c_str(), &st) != 0 || now - mtime_of(st) < stale_temp_age) continue;
+    report.temp_files_removed += remove_temp_if_abandoned(p.string());
+  }
+
+  std::vector<EntryInfo> entries = list(false);
+  std::vector<const EntryInfo*> usable;
+  for (const EntryInfo& e : entries) {
+    // Pages are not read here (that is `stat`'s job); a header that cannot be read is garbage to everyone.
+    bool unreadable = e.problem != EntryProblem::Ok;
+    if (unreadable && ::unlink(e.path.c_str()) == 0) {
+      ++report.entries_removed;
+      ++report.unusable_removed;
+      report.bytes_removed += e.bytes;
+    } else if (!unreadable) {
+      usable.push_back(&e);
+    }
+  }
+  std::sort(usable.begin(), usable.end(), [](const EntryInfo* a, const EntryInfo* b) {
+    return a->last_use != b->last_use ? a->last_use < b->last_use : a->key < b->key;
+  });
+  uint64_t total = 0;
+  for (const EntryInfo* e : usable) total += e->bytes;
+  size_t next = 0;
+  while (total > max_bytes && next < usable.size()) {
+    const EntryInfo* e = usable[next++];
+    if (::unlink(e->path.c_str()) == 0) {
+      ++report.entries_removed;
+      report.bytes_removed += e->bytes;
+    }
+    total -= e->bytes;
+  }
+  report.entries_kept = usable.size() - next;
+  report.bytes_kept = total;
+  return report;
+}
+
+}  // namespace choreo::store

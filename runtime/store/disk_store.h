@@ -1,0 +1,124 @@
+#pragma once
+// The persistent encoding store (DESIGN.md §3, tier T2; docs/store.md): one file per encoded message, named
+// by its content key, in one directory that several choreo processes may share.
+//  - Writes are crash-safe: a temporary file in the same directory (flock'ed while it is written), fsync,
+//    rename onto `<key>.ckv`, fsync of the directory. Readers only ever open `*.ckv` names, so they never see
+//    a partial file.
+//  - Reads mmap the file and check everything (magic, format version, sizes, header and page checksums, key,
+//    model fingerprint, KV layout). An unusable file is reported once (a warning) and treated as absent.
+//  - Last use is the file's mtime: set when written and on every load (entries are never modified in place,
+//    so nothing else changes it). `gc` evicts least-recently-used entries down to a byte budget.
+//  - `gc` and `rm` hold an exclusive flock on `<dir>/lock`; a writer holds it shared while it creates (and
+//    locks) its temp file and around its rename, so gc never mistakes a starting write for a dead one.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/kv/page_pool.h"
+#include "runtime/store/entry_format.h"
+#include "runtime/store/mapped_file.h"
+
+namespace choreo::store {
+
+using Clock = std::chrono::system_clock;
+
+/// Receives one warning line (without a trailing newline).
+using WarningSink = std::function<void(const std::string&)>;
+
+/// What an entry must match to be used by a given engine.
+struct Compatibility {
+  uint64_t model_fingerprint = 0;
+  kernels::KvLayout layout;
+};
+
+/// An entry mapped from disk whose header passed every check; pages are checked as they are copied out.
+struct MappedEntry {
+  MappedFile file;
+  ParsedEntry parsed;
+  const EntryMeta& meta() const { return parsed.meta; }
+};
+
+/// Test hooks of a write.
+struct SaveOptions {
+  std::function<void(size_t page_index)> after_page;  // called after each page is written (before fsync)
+};
+
+/// One `*.ckv` file as `ls` shows it.
+struct EntryInfo {
+  uint64_t key = 0;  // from the file name
+  std::string path;
+  uint64_t bytes = 0;
+  Clock::time_point last_use;
+  EntryProblem problem = EntryProblem::Ok;  // header problems; page problems too when pages were verified
+  EntryMeta meta;                           // valid when the header is intact
+};
+
+/// What a gc pass did.
+struct GcReport {
+  size_t entries_removed = 0;
+  uint64_t bytes_removed = 0;
+  size_t unusable_removed = 0;  // entries whose header was unreadable (included in entries_removed)
+  size_t temp_files_removed = 0;
+  size_t entries_kept = 0;
+  uint64_t bytes_kept = 0;
+};
+
+/// One store directory.
+class DiskStore {
+ public:
+  /// Opens `dir`, creating it when `create` is set. Throws InputError when it is not a usable directory.
+  explicit DiskStore(std::string dir, bool create = true, WarningSink warn = {});
+
+  const std::string& dir() const { return dir_; }
+  std::string entry_path(uint64_t key) const;
+
+  /// Writes one entry crash-safely, replacing any entry with the same key. `pages` hold meta.n_pages() pages
+  /// of meta.page_bytes() bytes. Throws RuntimeFailure on I/O errors (nothing partial becomes visible).
+  void save(const EntryMeta& meta, std::span<const float* const> pages, const SaveOptions& options = {});
+
+  /// The entry with this key when it exists and its header is intact and matches `expect`; otherwise nullopt
+  /// (an existing but unusable file is reported once).
+  std::optional<MappedEntry> open(uint64_t key, const Compatibility& expect);
+  /// Copies an opened entry's pages into `pages` (reserving them), checking each page's checksum first.
+  /// False (reported once; `pages` left holding garbage for the caller to release) on a mismatch.
+  bool read_pages(const MappedEntry& entry, kv::PageList& pages);
+
+  /// Reports (once per file) that the entry with this key cannot be used, for reasons only the caller can
+  /// see.
+  void report_unusable(uint64_t key, std::string_view what) { report(entry_path(key), what); }
+
+  /// Records a use now (or at `when`): the LRU order of gc.
+  void touch(uint64_t key, std::optional<Clock::time_point> when = std::nullopt);
+
+  /// Every entry file (sorted by key). With `verify_pages`, reads every page to check its checksum.
+  std::vector<EntryInfo> list(bool verify_pages = false) const;
+  /// Number of temporary files (writes in progress or left by a crash).
+  size_t temp_files() const;
+  /// Removes one entry; false when there was none.
+  bool remove(uint64_t key);
+  /// Removes every entry and every temporary file no process is writing; returns the entries removed.
+  size_t remove_all();
+  /// Removes unreadable entries, temporary files older than `stale_temp_age` that no live process holds, and
+  /// least-recently-used entries until the entries total at most `max_bytes`.
+  GcReport gc(uint64_t max_bytes, std::chrono::seconds stale_temp_age);
+
+ private:
+  void report(const std::string& path, std::string_view what);
+
+  std::string dir_;
+  WarningSink warn_;
+  std::set<std::string> warned_;  // files already reported by this process
+};
+
+/// Formats a key as the 16 hex digits used in file names.
+std::string key_hex(uint64_t key);
+/// Parses 16 hex digits; nullopt otherwise.
+std::optional<uint64_t> parse_key_hex(std::string_view text);
+
+}  // namespace choreo::store

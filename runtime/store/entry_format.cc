@@ -1,0 +1,211 @@
+#include "runtime/store/entry_format.h"
+
+#include <xxhash.h>
+
+#include <cstring>
+
+namespace choreo::store {
+
+namespace {
+
+/// The fixed part of the header, exactly as on disk.
+struct FixedHeader {
+  char magic[8];
+  uint32_t format_version;
+  uint32_t header_bytes;
+  uint64_t model_fingerprint;
+  uint64_t content_key;
+  uint64_t tag;
+  uint64_t created_unix_ms;
+  int32_t start_pos;
+  uint32_t n_tokens;
+  uint32_t n_parents;
+  uint32_t visibility;
+  uint32_t agent_bytes;
+  uint32_t model_name_bytes;
+  uint32_t kv_dtype;
+  uint32_t page_tokens;
+  uint32_t n_layers;
+  uint32_t n_kv_heads;
+  uint32_t head_dim;
+  uint32_t n_pages;
+  uint64_t page_bytes;
+  uint64_t reserved[3];
+};
+static_assert(sizeof(FixedHeader) == 128, "the fixed header is 128 bytes on disk");
+
+// Bounds that no real entry reaches; they keep size arithmetic far from overflow on hostile files.
+constexpr uint64_t kMaxTokens = uint64_t(1) << 24;
+constexpr uint64_t kMaxParents = uint64_t(1) << 20;
+constexpr uint64_t kMaxNameBytes = uint64_t(1) << 16;
+constexpr uint64_t kMaxLayoutDim = uint64_t(1) << 16;
+
+size_t round_up_64(size_t n) { return (n + 63) / 64 * 64; }
+
+/// Bytes of the header up to (excluding) the header checksum.
+uint64_t checked_bytes(uint64_t n_tokens, uint64_t n_parents, uint64_t agent_bytes, uint64_t name_bytes,
+                       uint64_t n_pages) {
+  return sizeof(FixedHeader) + n_tokens * sizeof(int32_t) + n_parents * 2 * sizeof(uint64_t) + agent_bytes +
+         name_bytes + n_pages * sizeof(uint64_t);
+}
+
+uint64_t layout_page_bytes(uint64_t page_tokens, uint64_t n_layers, uint64_t n_kv_heads, uint64_t head_dim) {
+  return 2 * n_layers * page_tokens * n_kv_heads * head_dim * sizeof(float);
+}
+
+}  // namespace
+
+size_t EntryMeta::n_pages() const {
+  return layout.page_tokens > 0 ? (tokens.size() + layout.page_tokens - 1) / layout.page_tokens : 0;
+}
+
+size_t EntryMeta::page_bytes() const { return layout.page_floats() * sizeof(float); }
+
+std::string_view describe(EntryProblem problem) {
+  switch (problem) {
+    case EntryProblem::Ok:
+      return "ok";
+    case EntryProblem::NotAnEntry:
+      return "not a choreo store entry (bad magic)";
+    case EntryProblem::FormatVersion:
+      return "written by another store format version";
+    case EntryProblem::Truncated:
+      return "truncated";
+    case EntryProblem::Malformed:
+      return "malformed header";
+    case EntryProblem::HeaderChecksum:
+      return "header checksum mismatch";
+    case EntryProblem::PageChecksum:
+      return "page checksum mismatch";
+    case EntryProblem::WrongKey:
+      return "content key does not match the file name";
+    case EntryProblem::WrongModel:
+      return "written by another model";
+    case EntryProblem::WrongLayout:
+      return "another KV layout";
+  }
+  return "?";
+}
+
+size_t header_bytes(const EntryMeta& meta) {
+  return round_up_64(checked_bytes(meta.tokens.size(), meta.parents.size(), meta.agent.size(),
+                                   meta.model_name.size(), meta.n_pages()) +
+                     sizeof(uint64_t));
+}
+
+std::vector<uint8_t> encode_header(const EntryMeta& meta, std::span<const uint64_t> page_checksums) {
+  FixedHeader h{};
+  std::memcpy(h.magic, kEntryMagic, sizeof(h.magic));
+  h.format_version = kFormatVersion;
+  h.header_bytes = uint32_t(header_bytes(meta));
+  h.model_fingerprint = meta.model_fingerprint;
+  h.content_key = meta.content_key;
+  h.tag = meta.tag;
+  h.created_unix_ms = meta.created_unix_ms;
+  h.start_pos = meta.start_pos;
+  h.n_tokens = uint32_t(meta.tokens.size());
+  h.n_parents = uint32_t(meta.parents.size());
+  h.visibility = meta.visibility;
+  h.agent_bytes = uint32_t(meta.agent.size());
+  h.model_name_bytes = uint32_t(meta.model_name.size());
+  h.kv_dtype = meta.kv_dtype;
+  h.page_tokens = uint32_t(meta.layout.page_tokens);
+  h.n_layers = uint32_t(meta.layout.n_layers);
+  h.n_kv_heads = uint32_t(meta.layout.n_kv_heads);
+  h.head_dim = uint32_t(meta.layout.head_dim);
+  h.n_pages = uint32_t(page_checksums.size());
+  h.page_bytes = meta.page_bytes();
+
+  std::vector<uint8_t> out(h.header_bytes, 0);
+  uint8_t* p = out.data();
+  auto put = [&p](const void* src, size_t n) {
+    if (n) std::memcpy(p, src, n);
+    p += n;
+  };
+  put(&h, sizeof(h));
+  put(meta.tokens.data(), meta.tokens.size() * sizeof(int32_t));
+  for (const EntryParent& parent : meta.parents) {
+    put(&parent.key, sizeof(parent.key));
+    put(&parent.offset, sizeof(parent.offset));
+  }
+  put(meta.agent.data(), meta.agent.size());
+  put(meta.model_name.data(), meta.model_name.size());
+  put(page_checksums.data(), page_checksums.size() * sizeof(uint64_t));
+  uint64_t checksum = XXH3_64bits(out.data(), size_t(p - out.data()));
+  put(&checksum, sizeof(checksum));
+  return out;
+}
+
+ParsedEntry parse_entry(std::span<const uint8_t> file) {
+  ParsedEntry e;
+  auto fail = [&e](EntryProblem p) {
+    e.problem = p;
+    return e;
+  };
+  if (file.size() < sizeof(kEntryMagic) || std::memcmp(file.data(), kEntryMagic, sizeof(kEntryMagic)) != 0)
+    return fail(file.size() < sizeof(kEntryMagic) ? EntryProblem::Truncated : EntryProblem::NotAnEntry);
+  if (file.size() < sizeof(FixedHeader)) return fail(EntryProblem::Truncated);
+  FixedHeader h;
+  std::memcpy(&h, file.data(), sizeof(h));
+  if (h.format_version != kFormatVersion) return fail(EntryProblem::FormatVersion);
+  if (h.n_tokens == 0 || h.n_tokens > kMaxTokens || h.n_parents > kMaxParents ||
+      h.agent_bytes > kMaxNameBytes || h.model_name_bytes > kMaxNameBytes || h.start_pos < 0 ||
+      h.page_tokens == 0 || h.n_layers == 0 || h.n_kv_heads == 0 || h.head_dim == 0 ||
+      h.page_tokens > kMaxLayoutDim || h.n_layers > kMaxLayoutDim || h.n_kv_heads > kMaxLayoutDim ||
+      h.head_dim > kMaxLayoutDim)
+    return fail(EntryProblem::Malformed);
+  const uint64_t n_pages = (uint64_t(h.n_tokens) + h.page_tokens - 1) / h.page_tokens;
+  if (h.n_pages != n_pages) return fail(EntryProblem::Malformed);
+  const uint64_t before_checksum =
+      checked_bytes(h.n_tokens, h.n_parents, h.agent_bytes, h.model_name_bytes, n_pages);
+  if (h.header_bytes != round_up_64(before_checksum + sizeof(uint64_t))) return fail(EntryProblem::Malformed);
+  if (h.header_bytes > file.size()) return fail(EntryProblem::Truncated);
+  uint64_t stored_checksum;
+  std::memcpy(&stored_checksum, file.data() + before_checksum, sizeof(stored_checksum));
+  if (XXH3_64bits(file.data(), before_checksum) != stored_checksum) return fail(EntryProblem::HeaderChecksum);
+  // The header is intact from here on: remaining checks are about the rest of the file.
+  if (h.kv_dtype != kKvDTypeF32 ||
+      h.page_bytes != layout_page_bytes(h.page_tokens, h.n_layers, h.n_kv_heads, h.head_dim))
+    return fail(EntryProblem::Malformed);
+  const uint64_t total = h.header_bytes + n_pages * h.page_bytes;
+  if (file.size() < total) return fail(EntryProblem::Truncated);
+  if (file.size() > total) return fail(EntryProblem::Malformed);
+
+  EntryMeta& m = e.meta;
+  m.model_fingerprint = h.model_fingerprint;
+  m.content_key = h.content_key;
+  m.tag = h.tag;
+  m.created_unix_ms = h.created_unix_ms;
+  m.start_pos = h.start_pos;
+  m.visibility = h.visibility;
+  m.kv_dtype = h.kv_dtype;
+  m.layout.page_tokens = int(h.page_tokens);
+  m.layout.n_layers = int(h.n_layers);
+  m.layout.n_kv_heads = int(h.n_kv_heads);
+  m.layout.head_dim = int(h.head_dim);
+  const uint8_t* p = file.data() + sizeof(FixedHeader);
+  m.tokens.resize(h.n_tokens);
+  std::memcpy(m.tokens.data(), p, h.n_tokens * sizeof(int32_t));
+  p += h.n_tokens * sizeof(int32_t);
+  m.parents.resize(h.n_parents);
+  for (EntryParent& parent : m.parents) {
+    std::memcpy(&parent.key, p, sizeof(parent.key));
+    std::memcpy(&parent.offset, p + sizeof(parent.key), sizeof(parent.offset));
+    p += 2 * sizeof(uint64_t);
+  }
+  m.agent.assign(reinterpret_cast<const char*>(p), h.agent_bytes);
+  p += h.agent_bytes;
+  m.model_name.assign(reinterpret_cast<const char*>(p), h.model_name_bytes);
+  p += h.model_name_bytes;
+  e.page_checksums.resize(n_pages);
+  std::memcpy(e.page_checksums.data(), p, n_pages * sizeof(uint64_t));
+  e.pages_offset = h.header_bytes;
+  return e;
+}
+
+bool page_intact(std::span<const uint8_t> file, const ParsedEntry& entry, size_t i) {
+  const size_t bytes = entry.meta.page_bytes();
+  return XXH3_64bits(file.data() + entry.pages_offset + i * bytes, bytes) == entry.page_checksums[i];
+}
+
+}  // namespace choreo::store

@@ -1,0 +1,89 @@
+#pragma once
+// The on-disk format of one persisted message ("entry"), documented in docs/store.md:
+//   fixed header (128 bytes) | tokens | parents | agent | model name | page checksums | header checksum |
+//   zero padding to a multiple of 64 bytes | pages (K/V exactly as in the page pool, one after another).
+// All integers are little-endian (the host order of every machine choreo builds for; a big-endian reader
+// sees a foreign format version and ignores the file). Nothing here touches the file system.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "runtime/model/vocab.h"
+
+namespace choreo::store {
+
+inline constexpr char kEntryMagic[8] = {'C', 'H', 'O', 'R', 'E', 'O', 'K', 'V'};
+/// Bumped whenever the layout below changes; files of other versions are ignored (and re-encoded).
+inline constexpr uint32_t kFormatVersion = 1;
+/// Element type of stored K/V (only fp32 pages exist today).
+inline constexpr uint32_t kKvDTypeF32 = 0;
+
+/// A parent of a stored message: its content key and the logical offset it was placed at.
+struct EntryParent {
+  uint64_t key = 0;
+  int64_t offset = 0;
+  bool operator==(const EntryParent&) const = default;
+};
+
+/// Everything an entry says about its message, except the K/V bytes.
+struct EntryMeta {
+  uint64_t model_fingerprint = 0;
+  uint64_t content_key = 0;
+  uint64_t tag = 0;  // opaque to the store (e.g. a PML schema hash); 0 = none
+  uint64_t created_unix_ms = 0;
+  std::string model_name;  // file name of the model, for people reading `choreo cache ls`
+  std::vector<model::Token> tokens;
+  int32_t start_pos = 0;
+  std::vector<EntryParent> parents;
+  std::string agent;
+  uint32_t visibility = 0;  // kv::Visibility as an integer
+  kernels::KvLayout layout;
+  uint32_t kv_dtype = kKvDTypeF32;
+
+  size_t n_pages() const;
+  size_t page_bytes() const;
+};
+
+/// Why an entry cannot be used; `Ok` when it can.
+enum class EntryProblem {
+  Ok,
+  NotAnEntry,      // wrong magic
+  FormatVersion,   // written by another format version
+  Truncated,       // the file ends before its declared size
+  Malformed,       // impossible counts, sizes or trailing bytes
+  HeaderChecksum,  // the header's XXH3 does not match
+  PageChecksum,    // some page's XXH3 does not match
+  WrongKey,        // the header's content key is not the one the file is named after
+  WrongModel,      // another model's fingerprint
+  WrongLayout,     // another KV layout (layers, KV heads, head dim, page tokens, dtype)
+};
+/// A short human description of a problem ("header checksum mismatch").
+std::string_view describe(EntryProblem problem);
+
+/// Bytes before the first page (always a multiple of 64).
+size_t header_bytes(const EntryMeta& meta);
+
+/// The header bytes of an entry whose pages have these XXH3-64 checksums (one per page, in order).
+std::vector<uint8_t> encode_header(const EntryMeta& meta, std::span<const uint64_t> page_checksums);
+
+/// A parsed entry whose header was checked: `meta` and where each page and its checksum are.
+struct ParsedEntry {
+  EntryProblem problem = EntryProblem::Ok;
+  EntryMeta meta;
+  std::vector<uint64_t> page_checksums;
+  size_t pages_offset = 0;  // byte offset of page 0
+};
+
+/// Parses and checks the header of an entry file's bytes (any bytes: never reads out of bounds). On any
+/// problem, `problem` says which and the rest is unspecified. Pages are not checked here (see page_intact).
+ParsedEntry parse_entry(std::span<const uint8_t> file);
+
+/// True when page `i` of a parsed entry matches its checksum.
+bool page_intact(std::span<const uint8_t> file, const ParsedEntry& entry, size_t i);
+
+}  // namespace choreo::store
