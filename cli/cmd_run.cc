@@ -31,6 +31,7 @@ struct RunOptions {
   std::vector<std::string> inputs, params;
   int n_threads = 0;
   int concurrency = 8;
+  int limit = 0;
   bool no_leak = false;
   int cache_mib = 4096;
   int page_tokens = 32;
@@ -128,6 +129,7 @@ void run_run(const RunOptions& o) {
   const dsl::Workflow workflow = dsl::load_workflow(o.workflow_path);
   std::vector<exec::InputRow> rows;
   if (!o.inputs_path.empty()) rows = exec::read_input_rows(o.inputs_path, workflow, arguments);
+  if (o.limit > 0 && rows.size() > size_t(o.limit)) rows.resize(size_t(o.limit));
   if (!o.json_path.empty()) check_writable(o.json_path, "--json");
   if (!o.trace_path.empty()) check_writable(o.trace_path, "--trace");
   LoadedModel lm = load_model(resolve_model(o, workflow), o.n_threads);
@@ -224,6 +226,8 @@ void register_run(CLI::App& app) {
                   "write a Chrome/Perfetto trace (one track per agent) here; open it at ui.perfetto.dev");
   cmd->add_option("--inputs", o->inputs_path,
                   "run once per line of this JSON Lines file (keys naming inputs are used, others ignored)");
+  cmd->add_option("--limit", o->limit, "with --inputs: run only the first N rows (default all)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--concurrency", o->concurrency,
                   "with --inputs: instances in flight at once; their ready calls share engine batches (default 8)")
       ->check(CLI::Range(1, 4096));

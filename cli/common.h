@@ -30,7 +30,10 @@ void register_model(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_exec(CLI::App& app);
 void register_run(CLI::App& app);
+void register_encode(CLI::App& app);
 void register_profile(CLI::App& app);
+void register_check(CLI::App& app);
+void register_eval(CLI::App& app);
 void register_cache(CLI::App& app);
 
 }  // namespace choreo::cli

@@ -33,7 +33,10 @@ int main(int argc, char** argv) {
   choreo::cli::register_bench(app);
   choreo::cli::register_exec(app);
   choreo::cli::register_run(app);
+  choreo::cli::register_encode(app);
   choreo::cli::register_profile(app);
+  choreo::cli::register_check(app);
+  choreo::cli::register_eval(app);
   choreo::cli::register_cache(app);
   try {
     app.parse(argc, argv);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader, then the other targets below (workflow YAML, expressions), with libFuzzer + ASan + UBSan.
+# Fuzzes the GGUF reader, then the other targets below (workflow YAML, expressions, PML), with libFuzzer + ASan + UBSan.
 #   scripts/fuzz.sh [seconds=60]      (each target runs for that many seconds)
 # Builds build-fuzz/ with clang (the whole library instrumented), seeds build-fuzz/gguf-corpus with the shared
 # GGUF files and writer-made files, runs for the given time and exits non-zero on any crash, leak or timeout
@@ -131,3 +131,38 @@ echo "fuzz.sh: fuzzing expr_fuzz for ${seconds}s (corpus $expr_corpus)"
 "$build/expr_fuzz" "$expr_corpus" \
   -max_total_time="$seconds" -max_len=4096 -rss_limit_mb=2048 -timeout=10 \
   -dict="$dict" -artifact_prefix="$artifacts/expr-" -print_final_stats=1
+
+# ---- the PML parsers (dsl/pml): schemas and prompts; seeds are the shipped schemas/*.pml ------------------
+ninja -C "$build" -j2 pml_fuzz
+pml_corpus="$build/pml-corpus"
+mkdir -p "$pml_corpus"
+printf '%s' '<prompt schema="travel"><travel-plan duration="3 days"><overseas><tokyo/></overseas></travel-plan> Plan it &amp; list costs.<assistant/></prompt>' \
+  >"$pml_corpus/seed_prompt"
+CHOREO_SOURCE_DIR="$root" CHOREO_FUZZ_SEED_DIR="$pml_corpus" "$build/pml_fuzz" -runs=0 "$pml_corpus" \
+  >"$build/pml-seed.log" 2>&1 || { cat "$build/pml-seed.log" >&2; exit 1; }
+pml_dict="$build/pml.dict"
+cat >"$pml_dict" <<'DICT'
+"<schema name=\"s\">"
+"</schema>"
+"<module name=\"m\">"
+"</module>"
+"<union scaffold=\"m\">"
+"</union>"
+"<parameter name=\"p\" length=\"4\"/>"
+"<prompt schema=\"s\">"
+"</prompt>"
+"<system>"
+"</user>"
+"<assistant/>"
+"<!--"
+"-->"
+"&lt;"
+"&amp;"
+"&#x41;"
+"cache=\"false\""
+"src=\""
+DICT
+echo "fuzz.sh: fuzzing pml_fuzz for ${seconds}s (corpus $pml_corpus)"
+(cd "$build" && "$build/pml_fuzz" "$pml_corpus" \
+  -max_total_time="$seconds" -max_len=16384 -rss_limit_mb=2048 -timeout=10 \
+  -dict="$pml_dict" -artifact_prefix="$artifacts/pml-" -print_final_stats=1)

@@ -6,18 +6,15 @@
 #include <string>
 #include <string_view>
 
+#include "dsl/arguments.h"
 #include "dsl/expr/value.h"
 #include "dsl/workflow.h"
 #include "runtime/exec/interpreter.h"
 
 namespace choreo::exec {
 
-/// Converts command-line text to a value of `type`; `what` names it in errors ("input `n`").
-/// Throws InputError for text that is not a value of that type.
-dsl::expr::Value convert_argument(std::string_view text, dsl::ValueType type, const std::string& what);
-
-/// The value of a parameter default as written in the file.
-dsl::expr::Value literal_value(const dsl::Literal& literal);
+using dsl::convert_argument;
+using dsl::literal_value;
 
 /// Every input and param of `workflow` with its value for this run. An input without a value, a key the
 /// workflow does not declare, or a value of the wrong type is an InputError naming the key. Inputs may also

@@ -1,0 +1,628 @@
+// Compiles a workflow to a Plan by walking its steps the way the interpreter does (runtime/exec/
+// interpreter.cc), with one difference: values only a run knows — generated text, inputs not given, names
+// computed from them — are never evaluated. An expression is evaluated when dependence.h says it needs none
+// of them; otherwise its outcome is kept open: a condition makes what it guards conditional, a choice of
+// message becomes every message it could pick, and a count (a fan-out, a loop) is an error.
+
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <set>
+#include <span>
+
+#include "dsl/expr/evaluator.h"
+#include "dsl/expr/parser.h"
+#include "dsl/expr/source.h"
+#include "dsl/expr/template.h"
+#include "dsl/plan/dependence.h"
+#include "dsl/plan/plan.h"
+#include "dsl/arguments.h"
+
+namespace choreo::dsl::plan {
+
+const char* kind_name(NodeKind kind) {
+  switch (kind) {
+    case NodeKind::Message:
+      return "message";
+    case NodeKind::Prefill:
+      return "prefill";
+    case NodeKind::Decode:
+      return "decode";
+  }
+  return "?";
+}
+
+size_t Plan::call_count() const {
+  return size_t(
+      std::count_if(nodes.begin(), nodes.end(), [](const Node& n) { return n.kind != NodeKind::Message; }));
+}
+
+namespace {
+
+using expr::MapScope;
+using expr::Scope;
+using expr::Type;
+using expr::Value;
+
+/// The largest index an `as` target may write (the interpreter's bound).
+constexpr int64_t kMaxTargetIndex = 100'000;
+
+/// Why a value is not known before the run.
+struct Unknown {
+  std::string reason;  ///< e.g. "input `problem`, which has no value" or "the generated text of a decode"
+  std::string missing_input;  ///< set when an input without a value is the root cause
+};
+
+/// A global name: a known value, or one only the run computes (with the messages it could hold).
+struct Slot {
+  std::optional<Value> value;
+  Unknown unknown;
+  Shape shape;                     ///< unknown values: where messages may sit in it
+  std::vector<size_t> candidates;  ///< unknown values: every message it could hold
+};
+
+/// Inputs, params and the names steps bind; unknown names are invisible to evaluation (it never sees them).
+class GlobalScope : public Scope {
+ public:
+  std::optional<Value> lookup(std::string_view name) const override {
+    auto it = bindings_.find(name);
+    if (it == bindings_.end()) return std::nullopt;
+    return it->second.value;
+  }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const auto& [name, binding] : bindings_) out.push_back(name);
+    return out;
+  }
+  const Slot* find(std::string_view name) const {
+    auto it = bindings_.find(name);
+    return it == bindings_.end() ? nullptr : &it->second;
+  }
+  void set(const std::string& name, Slot binding) { bindings_[name] = std::move(binding); }
+
+ private:
+  std::map<std::string, Slot, std::less<>> bindings_;
+};
+
+/// `list[i][j] = value` on immutable values, padding with nulls (as the interpreter binds fan-out names).
+Value assign_at(const Value& current, std::span<const int64_t> indices, const Value& value) {
+  if (indices.empty()) return value;
+  expr::List items;
+  if (current.type() == Type::List) items = current.as_list();
+  const size_t i = size_t(indices[0]);
+  if (items.size() <= i) items.resize(i + 1);
+  items[i] = assign_at(items[i], indices.subspan(1), value);
+  return Value::list(std::move(items));
+}
+
+/// Appends every message in a value (at any depth), in order; false if something else is in it.
+bool flatten_messages(const Value& value, std::vector<size_t>& out) {
+  if (value.type() == Type::Message) {
+    out.push_back(size_t(value.as_message().id));
+    return true;
+  }
+  if (value.type() != Type::List) return false;
+  bool ok = true;
+  for (const Value& item : value.as_list()) ok = flatten_messages(item, out) && ok;
+  return ok;
+}
+
+/// Every message anywhere in a value (lists and dicts), for over-approximating a run-time choice.
+void collect_messages(const Value& value, std::set<size_t>& out) {
+  if (value.type() == Type::Message) out.insert(size_t(value.as_message().id));
+  if (value.type() == Type::List)
+    for (const Value& item : value.as_list()) collect_messages(item, out);
+  if (value.type() == Type::Dict)
+    for (const auto& [key, item] : value.as_dict()) collect_messages(item, out);
+}
+
+/// A call's branch before it is added: the node plus what its `as` name binds.
+struct Pending {
+  Node node;
+  std::vector<int64_t> indices;
+};
+
+class Compiler {
+ public:
+  Compiler(const Workflow& workflow, const Arguments& arguments) : w_(workflow), arguments_(arguments) {}
+
+  Plan run() {
+    plan_.workflow = w_.name.value;
+    plan_.file = w_.file;
+    for (const Agent& a : w_.agents) plan_.agents.push_back(a.name.value);
+    bind_arguments();
+    messages();
+    steps(w_.steps, globals_);
+    if (w_.output) render(*w_.output, globals_);  // validates it where it can be evaluated
+    return std::move(plan_);
+  }
+
+ private:
+  const Workflow& w_;
+  const Arguments& arguments_;
+  Plan plan_;
+  GlobalScope globals_;
+  bool conditional_ = false;           // the steps being compiled may not run
+  std::vector<Iteration> iterations_;  // enclosing repeat iterations
+
+  InputError error_at(const SourceLocation& where, std::string message, std::string hint = {}) const {
+    return InputError(std::move(message), std::move(hint), where, w_.source_line(where.line));
+  }
+
+  // ---- inputs and params -----------------------------------------------------------------------------
+
+  void bind_arguments() {
+    std::set<std::string> fields;
+    for (const Message& m : w_.messages)
+      if (m.field) fields.insert(m.field->value);
+    std::vector<std::string> input_names;
+    for (const Input& input : w_.inputs) input_names.push_back(input.name.value);
+    for (const auto& [key, text] : arguments_.inputs) {
+      const bool declared = std::find(input_names.begin(), input_names.end(), key) != input_names.end();
+      if (declared) continue;
+      if (fields.count(key)) {
+        globals_.set(key, Slot{Value::string(text), {}, {}, {}});
+        continue;
+      }
+      std::vector<std::string> candidates = input_names;
+      candidates.insert(candidates.end(), fields.begin(), fields.end());
+      throw InputError(expr::with_suggestion(fmt::format("unknown input `{}`", key), key, candidates),
+                       candidates.empty() ? "this workflow declares no inputs"
+                                          : fmt::format("the inputs are: {}", fmt::join(candidates, ", ")));
+    }
+    for (const Input& input : w_.inputs) {
+      const std::string& name = input.name.value;
+      auto given = arguments_.inputs.find(name);
+      Slot b;
+      if (given != arguments_.inputs.end())
+        b.value = dsl::convert_argument(given->second, input.type, fmt::format("input `{}`", name));
+      else
+        b.unknown = {fmt::format("input `{}`, which has no value", name), name};
+      globals_.set(name, std::move(b));
+    }
+    std::vector<std::string> param_names;
+    for (const Param& p : w_.params) param_names.push_back(p.name.value);
+    for (const auto& [key, text] : arguments_.params)
+      if (std::find(param_names.begin(), param_names.end(), key) == param_names.end())
+        throw InputError(expr::with_suggestion(fmt::format("unknown param `{}`", key), key, param_names),
+                         param_names.empty()
+                             ? "this workflow declares no params"
+                             : fmt::format("the params are: {}", fmt::join(param_names, ", ")));
+    for (const Param& p : w_.params) {
+      auto given = arguments_.params.find(p.name.value);
+      Slot b;
+      b.value =
+          given == arguments_.params.end()
+              ? dsl::literal_value(p.value)
+              : dsl::convert_argument(given->second, p.value.type, fmt::format("param `{}`", p.name.value));
+      globals_.set(p.name.value, std::move(b));
+    }
+  }
+
+  // ---- what is known -----------------------------------------------------------------------------------
+
+  bool is_generated(uint64_t id) const { return id >= plan_.nodes.size() || !plan_.nodes[id].text; }
+
+  Shape name_shape(std::string_view name, const Scope& scope) const {
+    if (std::optional<Value> v = scope.lookup(name))
+      return shape_of(*v, [this](uint64_t id) { return is_generated(id); });
+    if (const Slot* b = globals_.find(name)) return b->shape;
+    return {};
+  }
+
+  Dependence dependence(const expr::Expr& e, const Scope& scope) const {
+    return analyze(e, [&](std::string_view name) { return name_shape(name, scope); });
+  }
+
+  /// Why `e` cannot be evaluated before the run, or nullopt when it can.
+  std::optional<Unknown> unknown_of(const expr::Expr& e, const Scope& scope) const {
+    for (const expr::Name& n : expr::free_names(e)) {
+      if (scope.lookup(n.name)) continue;
+      const Slot* b = globals_.find(n.name);
+      if (b && !b->value) return b->unknown;
+    }
+    if (dependence(e, scope).reads_generated_text) return Unknown{"the generated text of a decode", {}};
+    return std::nullopt;
+  }
+
+  /// Every message a run-time value of `e` could hold (empty when its value can hold none).
+  std::vector<size_t> candidates_of(const expr::Expr& e, const Scope& scope) const {
+    if (dependence(e, scope).result.messages == 0) return {};
+    std::set<size_t> out;
+    for (const expr::Name& n : expr::free_names(e)) {
+      if (std::optional<Value> v = scope.lookup(n.name)) {
+        collect_messages(*v, out);
+      } else if (const Slot* b = globals_.find(n.name)) {
+        out.insert(b->candidates.begin(), b->candidates.end());
+      }
+    }
+    return {out.begin(), out.end()};
+  }
+
+  expr::Expr parse(const Text& text) const { return expr::parse_expression(text.value, text.where); }
+
+  /// A condition: its value when known before the run, nullopt when only the run decides.
+  std::optional<bool> condition(const Text& text, const Scope& scope) const {
+    const expr::Expr e = parse(text);
+    if (unknown_of(e, scope)) return std::nullopt;
+    return expr::evaluate_condition(e, scope);
+  }
+
+  /// A template's text when known before the run.
+  std::optional<std::string> render(const Text& text, const Scope& scope) const {
+    const expr::Template t = expr::parse_template(text.value, text.where);
+    for (const expr::TemplatePart& part : t.parts)
+      if (part.expression && unknown_of(*part.expression, scope)) return std::nullopt;
+    return expr::render(t, scope);
+  }
+
+  /// A value the plan's shape depends on (a loop's list, an `as` index): unknown is an error.
+  Value required(const Text& text, const Scope& scope, std::string_view what) const {
+    const expr::Expr e = parse(text);
+    if (std::optional<Unknown> u = unknown_of(e, scope)) {
+      throw error_at(
+          text.where, fmt::format("cannot expand {}: it depends on {}", what, u->reason),
+          u->missing_input.empty()
+              ? "counts and names must be known before the run (use params, inputs and loop "
+                "variables, not generated text)"
+              : fmt::format("pass --input {}=VALUE so `choreo check` can expand it", u->missing_input));
+    }
+    return expr::evaluate(e, scope);
+  }
+
+  std::vector<Value> iterate(const dsl::Loop& loop, const Scope& scope, std::string_view what) const {
+    const Value v = required(loop.iterable, scope, what);
+    if (v.type() == Type::List) return v.as_list();
+    if (v.type() == Type::Dict) {
+      std::vector<Value> keys;
+      for (const auto& [key, item] : v.as_dict()) keys.push_back(Value::string(key));
+      return keys;
+    }
+    throw error_at(
+        loop.iterable.where,
+        fmt::format("a loop needs a list to iterate over, got {} {}", v.type_name(), expr::describe(v)),
+        "write e.g. `i in range(3)`");
+  }
+
+  /// An integer setting when known; checks its type and range like the interpreter.
+  std::optional<int64_t> integer(const IntSetting& s, const Scope& scope, std::string_view what, int64_t low,
+                                 int64_t high) const {
+    int64_t v = 0;
+    if (const int64_t* literal = std::get_if<int64_t>(&s.value)) {
+      v = *literal;
+    } else {
+      const expr::Expr e = parse(std::get<Text>(s.value));
+      if (unknown_of(e, scope)) return std::nullopt;
+      const Value value = expr::evaluate(e, scope);
+      if (value.type() != Type::Int)
+        throw error_at(s.where, fmt::format("`{}` must be a whole number, got {} {}", what, value.type_name(),
+                                            expr::describe(value)));
+      v = value.as_int();
+    }
+    if (v < low || v > high)
+      throw error_at(s.where, fmt::format("`{}` must be in [{}, {}], got {}", what, low, high, v));
+    return v;
+  }
+
+  void real(const FloatSetting& s, const Scope& scope, std::string_view what, bool probability) const {
+    double v = 0;
+    if (const double* literal = std::get_if<double>(&s.value)) {
+      v = *literal;
+    } else {
+      const expr::Expr e = parse(std::get<Text>(s.value));
+      if (unknown_of(e, scope)) return;
+      const Value value = expr::evaluate(e, scope);
+      if (!value.is_number())
+        throw error_at(s.where, fmt::format("`{}` must be a number, got {} {}", what, value.type_name(),
+                                            expr::describe(value)));
+      v = value.as_number();
+    }
+    const bool ok = probability ? (v > 0 && v <= 1) : v >= 0;
+    if (!ok)
+      throw error_at(s.where,
+                     fmt::format("`{}` must be {}, got {}", what, probability ? "in (0, 1]" : "≥ 0", v));
+  }
+
+  void check_sampling(const Sampling& s, const Scope& scope) const {
+    if (s.temperature) real(*s.temperature, scope, "temperature", false);
+    if (s.top_p) real(*s.top_p, scope, "top_p", true);
+    if (s.top_k) integer(*s.top_k, scope, "top_k", INT64_MIN, INT64_MAX);
+    if (s.max_tokens) integer(*s.max_tokens, scope, "max_tokens", 1, 1'000'000);
+    if (s.seed) integer(*s.seed, scope, "seed", 0, INT64_MAX);
+    if (s.stop)
+      for (const Text& stop : *s.stop) render(stop, scope);
+  }
+
+  /// An `agent:`/`private:` template: a declared agent when known, "?" when only the run knows it.
+  std::string agent(const Text& text, const Scope& scope, const std::string& call) {
+    std::optional<std::string> name = render(text, scope);
+    if (!name) {
+      plan_.notes.push_back(
+          fmt::format("{}: the agent of `{}` is known only at run time; the check treats it "
+                      "as an agent that owns nothing",
+                      text.where.to_string(), call));
+      return "?";
+    }
+    if (plan_.agents.empty() ||
+        std::find(plan_.agents.begin(), plan_.agents.end(), *name) != plan_.agents.end())
+      return *name;
+    throw error_at(text.where,
+                   expr::with_suggestion(fmt::format("unknown agent `{}`", *name), *name, plan_.agents),
+                   fmt::format("the agents are: {}", fmt::join(plan_.agents, ", ")));
+  }
+
+  // ---- nodes -------------------------------------------------------------------------------------------
+
+  void add_batch(NodeKind kind, std::vector<Pending>& pending, const SourceLocation& where,
+                 const std::string& base) {
+    if (pending.empty()) return;
+    Batch batch{kind, {}, true, where};
+    for (Pending& p : pending) {
+      const size_t id = plan_.nodes.size();
+      p.node.batch = plan_.batches.size();
+      batch.nodes.push_back(id);
+      batch.conditional = batch.conditional && p.node.conditional;
+      const Value message = Value::message({id, p.node.text.value_or("")});
+      plan_.nodes.push_back(std::move(p.node));
+      const Slot* old = globals_.find(base);
+      const Value current = old && old->value ? *old->value : Value();
+      globals_.set(base, Slot{assign_at(current, p.indices, message), {}, {}, {}});
+    }
+    plan_.batches.push_back(std::move(batch));
+  }
+
+  void messages() {
+    std::vector<Pending> pending;
+    for (const Message& m : w_.messages) {
+      Pending p;
+      p.node.name = p.node.base = m.name.value;
+      p.node.kind = NodeKind::Message;
+      p.node.where = m.name.where;
+      if (m.private_to) p.node.agent = p.node.private_to = agent(*m.private_to, globals_, m.name.value);
+      if (m.text) {
+        p.node.text = render(*m.text, globals_);
+      } else if (m.field) {
+        if (const Slot* b = globals_.find(m.field->value); b && b->value)
+          p.node.text = expr::render(*b->value);
+      } else {
+        plan_.notes.push_back(
+            fmt::format("{}: message `{}` is a PML prompt, which `choreo run` does not support yet",
+                        m.where.to_string(), m.name.value));
+      }
+      if (p.node.text && p.node.text->empty() && m.role == Role::None)
+        throw error_at(m.where, fmt::format("message `{}` is empty", m.name.value));
+      pending.push_back(std::move(p));
+    }
+    if (pending.empty()) return;
+    Batch batch{NodeKind::Message, {}, false, w_.messages.front().where};
+    for (Pending& p : pending) {
+      const size_t id = plan_.nodes.size();
+      batch.nodes.push_back(id);
+      p.node.batch = 0;
+      globals_.set(p.node.name, Slot{Value::message({id, p.node.text.value_or("")}), {}, {}, {}});
+      plan_.nodes.push_back(std::move(p.node));
+    }
+    plan_.batches.push_back(std::move(batch));
+  }
+
+  void add_parents(Node& node, const Parent& parent, const Scope& scope) const {
+    const expr::Expr e = parse(parent.ref);
+    std::optional<int64_t> at;
+    bool at_dynamic = false;
+    if (parent.at) {
+      at = integer(*parent.at, scope, "at", 0, 1'000'000'000);
+      at_dynamic = !at;
+    }
+    std::vector<size_t> ids;
+    bool selection = false;
+    if (unknown_of(e, scope)) {
+      ids = candidates_of(e, scope);
+      selection = true;
+      if (ids.empty())
+        throw error_at(
+            parent.ref.where, fmt::format("parent `{}` can never be a message", parent.ref.value),
+            "parents name messages: declared messages, `as` names of earlier calls, or `select` names");
+    } else {
+      const Value v = expr::evaluate(e, scope);
+      if (!flatten_messages(v, ids))
+        throw error_at(
+            parent.ref.where,
+            fmt::format("parent `{}` is {} {}, not a message or a list of messages", parent.ref.value,
+                        v.type_name(), expr::describe(v)),
+            "parents name messages: declared messages, `as` names of earlier calls, or `select` names");
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      Edge edge;
+      edge.parent = ids[i];
+      // An explicit offset places the first message (every candidate, for a selection); the rest follow.
+      if (i == 0 || selection) {
+        edge.at = at;
+        edge.at_dynamic = at_dynamic;
+      }
+      edge.selection = selection;
+      edge.where = parent.ref.where;
+      node.parents.push_back(edge);
+    }
+  }
+
+  Pending prepare(const Call& call, const Scope& scope, bool conditional) {
+    Pending p;
+    Node& n = p.node;
+    n.kind = call.kind == CallKind::Prefill ? NodeKind::Prefill : NodeKind::Decode;
+    n.base = n.name = call.as.base.value;
+    n.where = call.where;
+    n.conditional = conditional;
+    n.iterations = iterations_;
+    for (const Text& index : call.as.indices) {
+      const Value v = required(index, scope, fmt::format("the name `{}`", call.as.text.value));
+      if (v.type() != Type::Int || v.as_int() < 0 || v.as_int() > kMaxTargetIndex)
+        throw error_at(index.where, fmt::format("an `as` index must be a whole number in [0, {}], got {}",
+                                                kMaxTargetIndex, expr::describe(v)));
+      p.indices.push_back(v.as_int());
+      n.name += fmt::format("[{}]", v.as_int());
+    }
+    for (const Parent& parent : call.parents) add_parents(n, parent, scope);
+    if (call.new_offset) {
+      n.new_offset = integer(*call.new_offset, scope, "new_offset", 0, 1'000'000'000);
+      n.new_offset_dynamic = !n.new_offset;
+    }
+    if (call.agent) n.agent = agent(*call.agent, scope, n.name);
+    if (call.private_to) {
+      n.private_to = agent(*call.private_to, scope, n.name);
+      if (n.agent.empty()) n.agent = n.private_to;
+    }
+    const Message* declared = nullptr;
+    if (call.message)
+      for (const Message& m : w_.messages)
+        if (m.name.value == call.message->value) declared = &m;
+    const Role role = call.role != Role::None || !declared ? call.role : declared->role;
+    if (n.kind == NodeKind::Prefill) {
+      if (declared && declared->text)
+        n.text = render(*declared->text, scope);
+      else if (declared && declared->field)
+        n.text = plan_.nodes[globals_.find(declared->name.value)->value->as_message().id].text;
+      else if (call.text)
+        n.text = render(*call.text, scope);
+      if (n.text && n.text->empty() && role == Role::None)
+        throw error_at(call.where, fmt::format("prefill `{}` has no tokens", n.name));
+    } else {
+      std::optional<std::string> header = call.header ? render(*call.header, scope) : std::string();
+      if (header && header->empty() && role == Role::None)
+        throw error_at(call.where, fmt::format("decode `{}` has an empty header", n.name),
+                       "give a non-empty `header:` or a `role:`");
+      check_sampling(w_.sampling, scope);
+      check_sampling(call.sampling, scope);
+    }
+    return p;
+  }
+
+  // ---- steps -------------------------------------------------------------------------------------------
+
+  void steps(const std::vector<Step>& list, const Scope& scope) {
+    for (const Step& step : list) std::visit([&](const auto& node) { this->step(node, scope); }, step.node);
+  }
+
+  /// A binding that may or may not happen (a `let`/`select` under a condition only the run decides): the
+  /// name may keep its old value or take the new one.
+  Slot maybe(const std::string& name, Slot next) const {
+    const Slot* old = globals_.find(name);
+    if (!old) return next;
+    Slot out;
+    out.unknown = next.value ? old->unknown : next.unknown;
+    if (out.unknown.reason.empty()) out.unknown = {"a `when` that reads generated text", {}};
+    std::set<size_t> candidates(next.candidates.begin(), next.candidates.end());
+    candidates.insert(old->candidates.begin(), old->candidates.end());
+    out.shape = next.shape;
+    out.shape |= old->shape;
+    for (const Slot* b : std::initializer_list<const Slot*>{old, &next}) {
+      if (!b->value) continue;
+      std::set<size_t> messages;
+      collect_messages(*b->value, messages);
+      candidates.insert(messages.begin(), messages.end());
+      out.shape |= shape_of(*b->value, [this](uint64_t id) { return is_generated(id); });
+    }
+    out.candidates.assign(candidates.begin(), candidates.end());
+    return out;
+  }
+
+  /// The binding of an expression's value: known, or unknown with the messages it could hold.
+  Slot binding_of(const Text& text, const Scope& scope) const {
+    const expr::Expr e = parse(text);
+    Slot b;
+    if (std::optional<Unknown> u = unknown_of(e, scope)) {
+      b.unknown = *u;
+      b.shape = dependence(e, scope).result;
+      b.candidates = candidates_of(e, scope);
+    } else {
+      b.value = expr::evaluate(e, scope);
+    }
+    return b;
+  }
+
+  void step(const Let& let, const Scope& scope) {
+    std::optional<bool> when = let.when ? condition(*let.when, scope) : std::optional<bool>(true);
+    if (when && !*when) return;
+    for (const dsl::Binding& binding : let.bindings) {
+      Slot b = binding_of(binding.value, scope);
+      globals_.set(binding.name.value, when ? std::move(b) : maybe(binding.name.value, std::move(b)));
+    }
+  }
+
+  void step(const Select& select, const Scope& scope) {
+    std::optional<bool> when = select.when ? condition(*select.when, scope) : std::optional<bool>(true);
+    if (when && !*when) return;
+    Slot b = binding_of(select.choice, scope);
+    if (b.value) {
+      std::vector<size_t> ids;
+      if (!flatten_messages(*b.value, ids) || ids.empty())
+        throw error_at(select.choice.where, fmt::format("`select` must pick a message, got {} {}",
+                                                        b.value->type_name(), expr::describe(*b.value)));
+    } else if (b.candidates.empty()) {
+      throw error_at(select.choice.where,
+                     fmt::format("`select: {}` can never pick a message", select.choice.value),
+                     "select names a message, e.g. `cot[best]`");
+    }
+    globals_.set(select.as.value, when ? std::move(b) : maybe(select.as.value, std::move(b)));
+  }
+
+  void step(const Repeat& repeat, const Scope& scope) {
+    std::optional<bool> when = repeat.when ? condition(*repeat.when, scope) : std::optional<bool>(true);
+    if (when && !*when) return;
+    const bool outer_conditional = conditional_;
+    conditional_ = conditional_ || !when;
+    const std::vector<Value> elements = iterate(repeat.loop, scope, "this `repeat`");
+    const size_t loop = plan_.loops.size();
+    plan_.loops.push_back({repeat.loop.variable.value, 0, false, repeat.where});
+    for (size_t k = 0; k < elements.size(); ++k) {
+      MapScope inner(&scope);
+      inner.set(repeat.loop.variable.value, elements[k]);
+      iterations_.push_back({loop, int64_t(k)});
+      plan_.loops[loop].iterations = int64_t(k) + 1;
+      steps(repeat.steps, inner);
+      iterations_.pop_back();
+      if (!repeat.until) continue;
+      std::optional<bool> stop = condition(*repeat.until, inner);
+      if (stop && *stop) break;
+      if (!stop) {
+        // The run may stop here: every later iteration is conditional.
+        plan_.loops[loop].may_stop_early = true;
+        conditional_ = true;
+      }
+    }
+    conditional_ = outer_conditional;
+  }
+
+  void step(const Call& call, const Scope& scope) {
+    std::vector<Pending> pending;
+    if (call.for_each) {
+      const std::vector<Value> elements = iterate(*call.for_each, scope, "this `for`");
+      for (const Value& element : elements) {
+        MapScope inner(&scope);
+        inner.set(call.for_each->variable.value, element);
+        try {
+          std::optional<bool> when = call.when ? condition(*call.when, inner) : std::optional<bool>(true);
+          if (when && !*when) continue;
+          pending.push_back(prepare(call, inner, conditional_ || !when));
+        } catch (const InputError& e) {
+          throw InputError(fmt::format("in branch {} = {}: {}", call.for_each->variable.value,
+                                       expr::describe(element), e.message()),
+                           e.hint(), e.where(), e.quoted_line());
+        }
+      }
+    } else {
+      std::optional<bool> when = call.when ? condition(*call.when, scope) : std::optional<bool>(true);
+      if (when && !*when) return;
+      pending.push_back(prepare(call, scope, conditional_ || !when));
+    }
+    add_batch(call.kind == CallKind::Prefill ? NodeKind::Prefill : NodeKind::Decode, pending, call.where,
+              call.as.base.value);
+  }
+};
+
+}  // namespace
+
+Plan compile(const Workflow& workflow, const Arguments& arguments) {
+  return Compiler(workflow, arguments).run();
+}
+
+}  // namespace choreo::dsl::plan

@@ -1,0 +1,26 @@
+#pragma once
+// PML schema files → dsl::pml::Schema. Checks everything that needs no model: element and attribute names,
+// names unique per scope, unions holding only modules, parameters only inside modules, roles not nested,
+// src= files readable. The first problem is thrown as an InputError at its file:line:col.
+
+#include <string>
+#include <string_view>
+
+#include "dsl/pml/ast.h"
+
+namespace choreo::dsl::pml {
+
+/// Parses schema text. `file_name` names it in errors; src="..." paths are relative to its directory
+/// (to the working directory when `file_name` is empty).
+Schema parse_schema(std::string_view text, const std::string& file_name);
+
+/// Reads and parses a schema file (a missing or unreadable file is an InputError).
+Schema load_schema(const std::string& path);
+
+/// True for names of the form [A-Za-z_][A-Za-z0-9_.-]*.
+bool is_pml_name(std::string_view name);
+
+/// True for "system", "user", "assistant".
+bool is_role_tag(std::string_view tag);
+
+}  // namespace choreo::dsl::pml

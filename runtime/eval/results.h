@@ -1,0 +1,68 @@
+#pragma once
+// The results file of an evaluation: one JSON line per (row, mode). The writer appends and flushes each
+// line as it is finished, so a crash or kill loses nothing already written; the reader ignores (and
+// reports) a truncated last line, so `--resume` can skip what is done and carry on.
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace choreo::eval {
+
+/// One evaluated (row, mode): the prediction, its score and what it cost.
+struct ResultRow {
+  std::string id, mode;
+  std::string prediction, extracted;
+  std::vector<std::string> gold;
+  double score = 0;
+  std::string metric;              // metric_name() of the score
+  std::string subject, level;      // MATH breakdowns; empty elsewhere
+  double ttft_ms = 0, e2e_ms = 0;  // time to the first generated token; whole workflow instance
+  int64_t tokens_generated = 0, tokens_computed = 0, tokens_reused = 0;
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // anything else a run wants to keep
+
+  /// The fields that must agree when the same (id, mode) appears twice (not timings or extra).
+  bool same_outcome(const ResultRow& other) const;
+};
+
+nlohmann::ordered_json to_json(const ResultRow& row);
+/// InputError (naming `path`:`line`) when a required field is missing or mistyped.
+ResultRow result_from_json(const nlohmann::json& value, const std::string& path, int line);
+
+/// A results file as read.
+struct ResultsFile {
+  std::vector<ResultRow> rows;
+  std::vector<int> lines;       // the line each row came from
+  bool truncated_tail = false;  // the last line was cut off (a killed writer) and was ignored
+};
+/// Reads `path` (a missing file reads as empty). A malformed line other than an unterminated last one is
+/// an InputError at file:line:col.
+ResultsFile read_results(const std::string& path);
+
+/// (row id, mode) pairs already present: what `--resume` skips.
+std::set<std::pair<std::string, std::string>> done_keys(const std::vector<ResultRow>& rows);
+
+/// Appends result lines to a file, one write and flush per row (and fsync when asked).
+class ResultWriter {
+ public:
+  /// Opens `path` for appending, creating it. A partial last line left by a killed writer is cut off
+  /// first, so the next line starts clean. RuntimeFailure when the file cannot be opened.
+  explicit ResultWriter(const std::string& path, bool sync_each_row = false);
+  ~ResultWriter();
+  ResultWriter(const ResultWriter&) = delete;
+  ResultWriter& operator=(const ResultWriter&) = delete;
+
+  /// Writes one row as one line. RuntimeFailure on an I/O error.
+  void append(const ResultRow& row);
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool sync_each_row_;
+};
+
+}  // namespace choreo::eval
