@@ -75,9 +75,10 @@ void add_eval_merge(CLI::App& eval_group) {
 void register_eval(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "eval", "run a workflow over a dataset (eval WORKFLOW.yaml --data FILE), score predictions, merge shards");
-  cmd->require_subcommand(1);
+  cmd->require_subcommand(0, 1);
   add_eval_score(*cmd);
   add_eval_merge(*cmd);
+  add_eval_run(*cmd);
 }
 
 }  // namespace choreo::cli

@@ -24,7 +24,7 @@ namespace {
 
 struct ProfileOptions {
   std::string workflow_path, model_path, inputs_path, json_path, baseline = "prefix";
-  std::vector<std::string> inputs, params;
+  std::vector<std::string> inputs, params, maps;
   int limit = 10;
   int n_threads = 0;
   int cache_mib = 4096;
@@ -69,7 +69,7 @@ void run_profile(const ProfileOptions& o) {
   if (o.inputs_path.empty())
     rows.push_back({0, base});
   else
-    rows = exec::read_input_rows(o.inputs_path, workflow, base);
+    rows = exec::read_input_rows(o.inputs_path, workflow, base, pairs(o.maps, "--map"));
   if (o.limit > 0 && int(rows.size()) > o.limit) rows.resize(size_t(o.limit));
   if (!o.json_path.empty()) check_writable(o.json_path, "--json");
 
@@ -193,6 +193,9 @@ void register_profile(CLI::App& app) {
   cmd->add_option("--limit", o->limit, "instances to run from --inputs (default 10; 0 = all)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--input", o->inputs, "an input value for every instance, KEY=VALUE (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--map", o->maps, "with --inputs: read input INPUT from row key FIELD, INPUT=FIELD (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--param", o->params, "override a param, KEY=VALUE (repeatable)")

@@ -21,14 +21,17 @@
 #include "runtime/exec/run_report.h"
 #include "cli/stream_printer.h"
 #include "runtime/kv/page_pool.h"
+#include "runtime/store/cache_dir.h"
+#include "runtime/store/disk_store.h"
 
 namespace choreo::cli {
 
 namespace {
 
 struct RunOptions {
-  std::string workflow_path, model_path, mode = "choreo", json_path, trace_path, inputs_path;
-  std::vector<std::string> inputs, params;
+  std::string workflow_path, model_path, mode = "choreo", json_path, trace_path, inputs_path, cache_dir;
+  bool no_store = false;
+  std::vector<std::string> inputs, params, maps;
   int n_threads = 0;
   int concurrency = 8;
   int limit = 0;
@@ -128,13 +131,22 @@ void run_run(const RunOptions& o) {
   exec::RunArguments arguments{key_values(o.inputs, "--input"), key_values(o.params, "--param")};
   const dsl::Workflow workflow = dsl::load_workflow(o.workflow_path);
   std::vector<exec::InputRow> rows;
-  if (!o.inputs_path.empty()) rows = exec::read_input_rows(o.inputs_path, workflow, arguments);
+  if (!o.inputs_path.empty()) rows = exec::read_input_rows(o.inputs_path, workflow, arguments, key_values(o.maps, "--map"));
   if (o.limit > 0 && rows.size() > size_t(o.limit)) rows.resize(size_t(o.limit));
   if (!o.json_path.empty()) check_writable(o.json_path, "--json");
   if (!o.trace_path.empty()) check_writable(o.trace_path, "--trace");
   LoadedModel lm = load_model(resolve_model(o, workflow), o.n_threads);
   kv::PagePool pool(lm.model->kv_layout(o.page_tokens), size_t(o.cache_mib) << 20);
   runtime::Engine engine(*lm.model, pool, mode);
+  // Encodings saved by `choreo encode` (PML modules) are read from the persistent store; run writes nothing.
+  std::unique_ptr<store::DiskStore> disk;
+  if (!o.no_store && mode == runtime::Mode::Choreo) {
+    const std::string dir = store::resolve_cache_dir(o.cache_dir);
+    if (!o.cache_dir.empty() || std::filesystem::is_directory(dir)) {
+      disk = std::make_unique<store::DiskStore>(dir, /*create=*/false);
+      engine.set_disk_store(disk.get());
+    }
+  }
 
   const bool colour = isatty(STDOUT_FILENO) != 0;
   auto colour_of = [&](const std::string& agent) { return colour ? agent_colour(workflow, agent) : std::string(); };
@@ -214,6 +226,9 @@ void register_run(CLI::App& app) {
   cmd->add_option("--input", o->inputs, "an input value, KEY=VALUE (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--map", o->maps, "with --inputs: read input INPUT from row key FIELD, INPUT=FIELD (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--param", o->params, "override a param, KEY=VALUE (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -231,6 +246,9 @@ void register_run(CLI::App& app) {
   cmd->add_option("--concurrency", o->concurrency,
                   "with --inputs: instances in flight at once; their ready calls share engine batches (default 8)")
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--cache-dir", o->cache_dir,
+                  "persistent store to read encodings from (default $CHOREO_CACHE_DIR, else the XDG cache dir)");
+  cmd->add_flag("--no-store", o->no_store, "do not read encodings from the persistent store");
   cmd->add_flag("--no-leak", o->no_leak,
                 "re-encode parents whose encoding carries another agent's private messages (see choreo check)");
   cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget in MiB (default 4096)")

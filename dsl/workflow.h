@@ -95,7 +95,8 @@ struct Message {
   Role role = Role::None;
   std::optional<Text> text;        ///< a template
   std::optional<Text> field;       ///< a dataset field name, used verbatim
-  std::optional<Text> prompt;      ///< a PML prompt (kept, reported unsupported at compile time)
+  std::optional<Text> prompt;      ///< a PML prompt (a template), with `pml` naming its schema file
+  std::optional<Text> pml;         ///< the PML schema file of `prompt` (a template; relative to the workflow)
   std::optional<Text> private_to;  ///< an agent name (or a template naming one)
   SourceLocation where;
 };

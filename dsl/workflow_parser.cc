@@ -30,7 +30,6 @@ std::string kind_name(const Node& n) { return yaml_kind_name(n); }
 /// misses.
 std::string misplaced_key_hint(const std::string& key, std::string_view context) {
   if (key == "if") return "conditions are written `when: EXPR`";
-  if (key == "pml") return "a PML prompt is written `prompt:`";
   if (key == "until") return "`until:` belongs next to `repeat:` (an early stop for the loop)";
   if (key == "sampling" && context == "decode") {
     return "write sampling overrides directly in the decode map, e.g. `temperature: 0.2`";
@@ -263,13 +262,22 @@ class Parser : private YamlReader {
       m.name = e.key;
       m.where = e.key.where;
       check_identifier(m.name, "a message");
-      Entries spec = read_map(e.value, e.key.value, {"role", "text", "field", "prompt", "private"},
+      Entries spec = read_map(e.value, e.key.value, {"role", "text", "field", "prompt", "pml", "private"},
                               fmt::format("message `{}`", e.key.value), &e.key.where);
       if (auto* r = spec.find("role")) m.role = read_role(*r);
       if (auto* t = spec.find("text")) m.text = read_text(*t);
       if (auto* f = spec.find("field")) m.field = read_nonempty_text(*f);
       if (auto* p = spec.find("prompt")) m.prompt = read_nonempty_text(*p);
+      if (auto* p = spec.find("pml")) m.pml = read_nonempty_text(*p);
       if (auto* p = spec.find("private")) m.private_to = read_nonempty_text(*p);
+      if (m.prompt.has_value() != m.pml.has_value())
+        throw file_.error(m.where,
+                          m.prompt ? fmt::format("message `{}` has a `prompt:` but no `pml:` schema file", e.key.value)
+                                   : fmt::format("message `{}` has `pml:` but no `prompt:`", e.key.value),
+                          "a PML message is `{pml: schemas/x.pml, prompt: \"<prompt schema='x'>...</prompt>\"}`");
+      if (m.prompt && m.role != Role::None)
+        throw file_.error(m.where, fmt::format("message `{}`: a PML prompt takes no `role:`", e.key.value),
+                          "write role tags (<system>, <user>, <assistant>) inside the PML schema");
       int sources = m.text.has_value() + m.field.has_value() + m.prompt.has_value();
       if (sources != 1) {
         throw file_.error(

@@ -386,7 +386,8 @@ class Compiler {
           p.node.text = expr::render(*b->value);
       } else {
         plan_.notes.push_back(
-            fmt::format("{}: message `{}` is a PML prompt, which `choreo run` does not support yet",
+            fmt::format("{}: message `{}` is a PML prompt; the plan shows it as one message (its modules and "
+                        "uncached parts are separate messages at run time)",
                         m.where.to_string(), m.name.value));
       }
       if (p.node.text && p.node.text->empty() && m.role == Role::None)

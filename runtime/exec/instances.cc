@@ -1,5 +1,6 @@
 #include "runtime/exec/instances.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -10,7 +11,13 @@
 namespace choreo::exec {
 
 std::vector<InputRow> read_input_rows(const std::string& path, const dsl::Workflow& workflow,
-                                      const RunArguments& base) {
+                                      const RunArguments& base, const std::map<std::string, std::string>& fields) {
+  for (const auto& [input, field] : fields)
+    if (std::none_of(workflow.inputs.begin(), workflow.inputs.end(),
+                     [&](const dsl::Input& i) { return i.name.value == input; }))
+      throw InputError(fmt::format("--map {}={}: workflow `{}` has no input `{}`", input, field, workflow.name.value,
+                                   input),
+                       "write --map INPUT=FIELD with one of the workflow's inputs");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(fmt::format("cannot read inputs file '{}'", path), "check the --inputs path");
   std::vector<InputRow> rows;
@@ -32,14 +39,17 @@ std::vector<InputRow> read_input_rows(const std::string& path, const dsl::Workfl
                        "write one JSON object per line", SourceLocation{path, number, 1}, line);
     InputRow r{number, base};
     for (const dsl::Input& input : workflow.inputs) {
-      auto it = row.find(input.name.value);
+      auto mapped = fields.find(input.name.value);
+      const std::string& key = mapped == fields.end() ? input.name.value : mapped->second;
+      auto it = row.find(key);
       if (it == row.end()) continue;
       r.arguments.inputs[input.name.value] = it->is_string() ? it->get<std::string>() : it->dump();
     }
     for (const dsl::Input& input : workflow.inputs)
       if (!r.arguments.inputs.count(input.name.value))
-        throw InputError(fmt::format("line {} has no `{}`, an input of workflow `{}`", number, input.name.value,
-                                     workflow.name.value),
+        throw InputError(fmt::format("line {} has no `{}`, for input `{}` of workflow `{}`", number,
+                                     fields.count(input.name.value) ? fields.at(input.name.value) : input.name.value,
+                                     input.name.value, workflow.name.value),
                          fmt::format("add \"{}\" to every row, or give it to all rows with --input {}=VALUE",
                                      input.name.value, input.name.value),
                          SourceLocation{path, number, 1}, line.substr(0, 200));

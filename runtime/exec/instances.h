@@ -5,6 +5,7 @@
 
 #include <exception>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,9 +24,11 @@ struct InputRow {
 /// input of `workflow` give that input (a JSON string verbatim, any other value as JSON text); other keys
 /// are ignored, so dataset rows can be used as they are. `base` supplies `--input`/`--param` values every row
 /// shares (a row's own value wins). A line that is not a JSON object, or a row that lacks an input with no
-/// value in `base`, is an InputError at path:line:col. An empty file is an error.
+/// value in `base`, is an InputError at path:line:col. An empty file is an error. `fields` maps an input to
+/// the row key it is read from when the names differ (`--map task=problem`).
 std::vector<InputRow> read_input_rows(const std::string& path, const dsl::Workflow& workflow,
-                                      const RunArguments& base);
+                                      const RunArguments& base,
+                                      const std::map<std::string, std::string>& fields = {});
 
 /// What one instance produced: its result, or the error that stopped it.
 struct InstanceOutcome {

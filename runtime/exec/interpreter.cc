@@ -16,7 +16,11 @@
 #include "dsl/expr/parser.h"
 #include "dsl/expr/source.h"
 #include "dsl/expr/template.h"
+#include "dsl/pml/prompt_parser.h"
+#include "dsl/pml/schema_parser.h"
 #include "runtime/exec/calls.h"
+#include "runtime/pml/encode.h"
+#include "runtime/pml/prompt_plan.h"
 #include "runtime/exec/run_arguments.h"
 #include "runtime/model/chat_template.h"
 
@@ -144,10 +148,6 @@ class Interpreter {
 
   /// Rejects what this version cannot run, before anything is computed.
   void check_supported(const std::vector<dsl::Step>& steps) const {
-    for (const dsl::Message& m : workflow_.messages)
-      if (m.prompt)
-        throw error_at(m.prompt->where, "PML prompts (`prompt:`) are not supported yet",
-                       "write the prompt's text with `text:`");
     for (const dsl::Step& step : steps) {
       if (const auto* call = std::get_if<dsl::Call>(&step.node)) {
         if (call->model && !is_loaded_model(call->model->value))
@@ -278,6 +278,7 @@ class Interpreter {
   void prefill_messages() {
     std::vector<Branch> branches;
     for (const dsl::Message& m : workflow_.messages) {
+      if (m.prompt) continue;  // PML prompts: after the batch, below
       Branch b;
       b.name = b.base = m.name.value;
       b.role = role_name(m.role);
@@ -291,6 +292,79 @@ class Interpreter {
       branches.push_back(std::move(b));
     }
     if (!branches.empty()) prefill(branches, "message", workflow_.messages.front().where);
+    for (const dsl::Message& m : workflow_.messages)
+      if (m.prompt) prefill_pml(m);
+  }
+
+  // ---- PML prompts (docs/pml.md) ----------------------------------------------------------------------
+
+  /// A PML message: the schema's modules are encoded at their schema positions (content keys make this free
+  /// when they already are), the prompt's arguments and uncached text are encoded at theirs, and the name is
+  /// bound to the list of all these messages in position order. Listed as parents, they keep their schema
+  /// positions (shifted together by an `at:`), so a decode over them sees exactly the prompt.
+  void prefill_pml(const dsl::Message& m) {
+    const std::string written = render(*m.pml, globals_);
+    std::filesystem::path path = written;
+    if (path.is_relative() && !std::filesystem::exists(path))
+      path = std::filesystem::path(workflow_.file).parent_path() / path;
+    if (!std::filesystem::exists(path))
+      throw error_at(m.pml->where, fmt::format("PML schema file '{}' does not exist", written),
+                     "paths are relative to the current directory or to the workflow file");
+    auto cached = schemas_.find(path.string());
+    if (cached == schemas_.end()) cached = schemas_.emplace(path.string(), dsl::pml::load_schema(path.string())).first;
+    const model::Model& model = engine_.model();
+    runtime::pml::EncodedSchema encoded = runtime::pml::encode_layout(
+        [&](std::vector<runtime::PrefillRequest> requests) { return engine_.prefill_batch(std::move(requests)); },
+        runtime::pml::lay_out(cached->second, model));
+    const std::string text = render(*m.prompt, globals_);
+    const runtime::pml::PromptPlan plan =
+        runtime::pml::plan_prompt(encoded.layout, dsl::pml::parse_prompt(text, m.prompt->where), model);
+
+    std::vector<runtime::Parent> parents;
+    dsl::expr::List refs;
+    auto add = [&](kv::MessageId id, const std::string& label, int start, int n_tokens, const std::string& piece_text,
+                   const runtime::CallStats& stats, const std::vector<Token>& tokens, double start_ms) {
+      parents.push_back({id, start, n_tokens});
+      pinned_[id] = {start, n_tokens};
+      info_[id] = {m.name.value + "/" + label, "", {}};
+      Branch b;
+      b.name = m.name.value + "/" + label;
+      MessageRecord r = record_of(b, "message", id, stats, start_ms);
+      r.text = piece_text;
+      r.tokens = tokens;
+      result_.messages.push_back(r);
+      refs.push_back(Value::message({id, piece_text}));
+    };
+    auto fresh = [&](const std::vector<Token>& tokens, int start) {
+      runtime::PrefillRequest r;
+      r.tokens = tokens;
+      r.parents = parents;  // everything before it in the prompt
+      r.new_offset = start;
+      const double start_ms = clock_ms();
+      std::vector<runtime::PrefillResult> results = engine_.prefill_batch({r});
+      result_.batches.push_back({"prefill", 1});
+      return std::make_pair(results.at(0), start_ms);
+    };
+    for (const runtime::pml::PromptPart& part : plan.parts) {
+      const std::string piece_text = vocab_.detokenize(part.tokens);
+      if (part.kind == runtime::pml::PromptPart::Kind::Cached) {
+        runtime::CallStats stats;
+        stats.start_pos = part.start_pos;
+        stats.n_reused = int(part.tokens.size());
+        add(encoded.messages[size_t(part.piece)], part.label, part.start_pos, int(part.tokens.size()), piece_text,
+            stats, part.tokens, clock_ms());
+      } else {
+        auto [result, start_ms] = fresh(part.tokens, part.start_pos);
+        add(result.id, part.label, part.start_pos, int(part.tokens.size()), piece_text, result.stats, part.tokens,
+            start_ms);
+      }
+    }
+    if (!plan.header.empty()) {  // the prompt's last text, which serve_prompt would decode from
+      auto [result, start_ms] = fresh(plan.header, plan.header_pos);
+      add(result.id, "text", plan.header_pos, int(plan.header.size()), vocab_.detokenize(plan.header), result.stats,
+          plan.header, start_ms);
+    }
+    globals_.set(m.name.value, Value::list(std::move(refs)));
   }
 
   std::string message_text(const dsl::Message& m, const Scope& scope) const {
@@ -304,7 +378,8 @@ class Interpreter {
             fmt::format("pass it with --input {}=TEXT", m.field->value));
       return dsl::expr::render(*v);
     }
-    throw error_at(m.where, "PML prompts (`prompt:`) are not supported yet");
+    throw error_at(m.where, fmt::format("message `{}` is a PML prompt; it cannot be prefilled again", m.name.value),
+                   fmt::format("list `{}` as a parent instead", m.name.value));
   }
 
   // ---- steps -----------------------------------------------------------------------------------------
@@ -431,7 +506,15 @@ class Interpreter {
           "parents name messages: declared messages, `as` names of earlier calls, or `select` names");
     std::optional<int> offset;
     if (parent.at) offset = position(*parent.at, scope, "at");
+    std::optional<int> shift;  // PML pieces keep their schema positions, moved together by an `at:`
     for (size_t i = 0; i < refs.size(); ++i) {
+      auto pin = pinned_.find(kv::MessageId(refs[i].id));
+      if (pin != pinned_.end()) {
+        if (!shift) shift = offset ? *offset - pin->second.offset : 0;
+        b.parents.push_back({kv::MessageId(refs[i].id), pin->second.offset + *shift, pin->second.n_tokens});
+        b.parent_names.push_back(info_.at(kv::MessageId(refs[i].id)).name);
+        continue;
+      }
       // An explicit offset places the first message; the rest follow it (the engine's default rule).
       b.parents.push_back({kv::MessageId(refs[i].id), i == 0 ? offset : std::nullopt, std::nullopt});
       auto it = info_.find(kv::MessageId(refs[i].id));
@@ -583,6 +666,12 @@ class Interpreter {
   model::ChatFormat format_;
   GlobalScope globals_;
   std::unordered_map<kv::MessageId, MessageInfo> info_;
+  struct Pinned {
+    int offset = 0;
+    int n_tokens = 0;
+  };
+  std::unordered_map<kv::MessageId, Pinned> pinned_;  // PML pieces: where a parent list places them
+  std::map<std::string, dsl::pml::Schema> schemas_;   // PML schema files by path, parsed once per run
   RunResult result_;
 };
 

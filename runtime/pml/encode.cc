@@ -9,6 +9,11 @@ EncodedSchema encode_schema(Engine& engine, const dsl::pml::Schema& schema) {
 }
 
 EncodedSchema encode_layout(Engine& engine, Layout layout) {
+  return encode_layout([&](std::vector<PrefillRequest> requests) { return engine.prefill_batch(requests); },
+                       std::move(layout));
+}
+
+EncodedSchema encode_layout(const PrefillBatch& prefill, Layout layout) {
   const auto t0 = std::chrono::steady_clock::now();
   EncodedSchema out;
   out.layout = std::move(layout);
@@ -34,7 +39,7 @@ EncodedSchema encode_layout(Engine& engine, Layout layout) {
       wave.push_back(int(i));
     }
     if (wave.empty()) break;
-    std::vector<PrefillResult> results = engine.prefill_batch(requests);
+    std::vector<PrefillResult> results = prefill(std::move(requests));
     for (size_t k = 0; k < wave.size(); ++k) {
       out.messages[wave[k]] = results[k].id;
       done[wave[k]] = true;

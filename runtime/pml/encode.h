@@ -5,6 +5,7 @@
 // member encoded in its own pass over what precedes the union). Parameter slots hold their placeholder or
 // scaffold= tokens. Messages carry content keys, so encoding the same schema again computes nothing.
 
+#include <functional>
 #include <vector>
 
 #include "dsl/pml/ast.h"
@@ -28,5 +29,11 @@ EncodedSchema encode_schema(Engine& engine, const dsl::pml::Schema& schema);
 
 /// Encodes an existing layout (made for the engine's model).
 EncodedSchema encode_layout(Engine& engine, Layout layout);
+
+/// Runs one batch of prefills somewhere (an engine, or a workflow interpreter's call sink).
+using PrefillBatch = std::function<std::vector<PrefillResult>(std::vector<PrefillRequest>)>;
+
+/// Encodes a layout through `prefill` (the same waves of batches as above).
+EncodedSchema encode_layout(const PrefillBatch& prefill, Layout layout);
 
 }  // namespace choreo::runtime::pml

@@ -137,6 +137,11 @@ TEST_CASE("input rows: keys naming inputs are used, others ignored; bad lines ar
   CHECK(rows[0].arguments.inputs.count("answer") == 0);
   CHECK(rows[1].line == 3);
   CHECK(rows[1].arguments.inputs.at("topic") == "7");
+  // --map topic=answer reads the input from another key; a map naming no input is an error.
+  std::ofstream(path) << "{\"topic\": \"a\", \"answer\": \"b\"}\n";
+  CHECK(exec::read_input_rows(path, workflow, {}, {{"topic", "answer"}})[0].arguments.inputs.at("topic") == "b");
+  CHECK_THROWS_WITH_AS(exec::read_input_rows(path, workflow, {}, {{"topc", "answer"}}),
+                       doctest::Contains("has no input `topc`"), InputError);
 
   auto error_of = [&](const std::string& text) {
     try {
@@ -148,7 +153,7 @@ TEST_CASE("input rows: keys naming inputs are used, others ignored; bad lines ar
   };
   CHECK(error_of("{\"topic\": \"a\"}\n{\"topic\": \n").find(":2:") != std::string::npos);
   CHECK(error_of("[1, 2]\n").find("not an object") != std::string::npos);
-  CHECK(error_of("{\"other\": 1}\n").find("has no `topic`") != std::string::npos);
+  CHECK(error_of("{\"other\": 1}\n").find("has no `topic`, for input `topic`") != std::string::npos);
   CHECK(error_of("").find("no rows") != std::string::npos);
   std::filesystem::remove(path);
 }

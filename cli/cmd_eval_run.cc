@@ -1,0 +1,210 @@
+// `choreo eval WORKFLOW.yaml --data FILE ...`: the run form of `choreo eval` (docs/eval.md, "Running a
+// workflow over a dataset"). Runs every selected row in every --mode, appends one result line per (row,
+// mode) as each instance finishes, shows progress on stderr, and prints the summary with the paired
+// comparison of the modes at the end. The work itself is runtime/eval/run.h; this file is the command line.
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cli/common.h"
+#include "dsl/workflow_parser.h"
+#include "runtime/common/error.h"
+#include "runtime/eval/progress.h"
+#include "runtime/eval/run.h"
+#include "runtime/eval/summary.h"
+
+namespace choreo::cli {
+
+namespace {
+
+struct EvalRunOptions {
+  std::string workflow_path, data_path, format, metric, model_path, out_path, shard = "0/1";
+  std::vector<std::string> maps, modes, params;
+  long limit = -1;
+  int concurrency = 4;
+  int n_threads = 0;
+  int cache_mib = 4096;
+  int page_tokens = 32;
+  bool resume = false, no_leak = false, json = false, sync = false;
+};
+
+std::map<std::string, std::string> param_pairs(const std::vector<std::string>& items) {
+  std::map<std::string, std::string> out;
+  for (const std::string& item : items) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw InputError(fmt::format("--param '{}' is not KEY=VALUE", item), "write e.g. --param rounds=2");
+    if (!out.emplace(item.substr(0, eq), item.substr(eq + 1)).second)
+      throw InputError(fmt::format("--param {} is given twice", item.substr(0, eq)));
+  }
+  return out;
+}
+
+std::vector<runtime::Mode> parse_modes(const std::vector<std::string>& names) {
+  if (names.empty()) return {runtime::Mode::Choreo};
+  std::vector<runtime::Mode> modes;
+  for (const std::string& name : names) {
+    const runtime::Mode mode = runtime::parse_mode(name);
+    if (std::find(modes.begin(), modes.end(), mode) != modes.end())
+      throw InputError(fmt::format("--mode {} is given twice", name), "give each mode once");
+    modes.push_back(mode);
+  }
+  return modes;
+}
+
+/// The default results file: <workflow>-<data>[-shard-I-of-N].jsonl in the current directory.
+std::string default_out_path(const EvalRunOptions& o, const eval::Shard& shard) {
+  std::string name = std::filesystem::path(o.workflow_path).stem().string() + "-" +
+                     std::filesystem::path(o.data_path).stem().string();
+  if (shard.count > 1) name += fmt::format("-shard-{}-of-{}", shard.index, shard.count);
+  return name + ".jsonl";
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void print_summary(const std::vector<eval::ResultRow>& rows, bool json) {
+  const eval::Summary summary = eval::summarize(rows);
+  if (json)
+    std::cout << eval::summary_to_json(summary).dump(2) << "\n";
+  else
+    std::cout << eval::format_summary(summary);
+  std::cout << std::flush;
+}
+
+void run_eval_command(const EvalRunOptions& o) {
+  if (o.data_path.empty())
+    throw InputError(
+        "choreo eval WORKFLOW.yaml needs --data FILE",
+        "e.g. choreo eval workflows/madpar.yaml --data ../shared/data/math500_test.jsonl --limit 5");
+  // Everything that can be wrong with the input is checked before the model is loaded.
+  eval::EvalSettings settings;
+  settings.modes = parse_modes(o.modes);
+  settings.concurrency = o.concurrency;
+  if (!o.metric.empty()) settings.metric = eval::parse_metric(o.metric);
+  settings.input_map = eval::InputMap::parse(o.maps);
+  settings.shared.params = param_pairs(o.params);
+  settings.no_leak = o.no_leak;
+  settings.page_tokens = o.page_tokens;
+  settings.cache_bytes = size_t(o.cache_mib) << 20;
+  const eval::Shard shard = eval::parse_shard(o.shard);
+  const dsl::Workflow workflow = dsl::load_workflow(o.workflow_path);
+  const eval::Dataset data = eval::load_dataset(
+      o.data_path, o.format.empty() ? std::nullopt : std::optional(eval::parse_format(o.format)));
+  const std::vector<eval::Row> selected = eval::select_rows(data.rows, o.limit, shard);
+  const std::vector<eval::PreparedRow> rows = eval::prepare_rows(workflow, data, selected, settings);
+
+  const std::string out_path = o.out_path.empty() ? default_out_path(o, shard) : o.out_path;
+  const eval::ResultsFile existing = eval::read_results(out_path);
+  if (!o.resume && !existing.rows.empty())
+    throw InputError(fmt::format("results file '{}' already holds {} rows", out_path, existing.rows.size()),
+                     "pass --resume to run only what it lacks, or choose another --out");
+  if (existing.truncated_tail)
+    std::fprintf(stderr, "note: %s: the last line was cut off (a killed run); it is dropped and run again\n",
+                 out_path.c_str());
+  const std::set<std::pair<std::string, std::string>> done = eval::done_keys(existing.rows);
+  const size_t n_pending = eval::count_pending(rows, settings.modes, done);
+  eval::ResultWriter writer(out_path, o.sync);
+
+  std::string mode_list;
+  for (runtime::Mode m : settings.modes)
+    mode_list += (mode_list.empty() ? "" : ", ") + std::string(runtime::mode_name(m));
+  std::fprintf(stderr, "eval: %s on %zu rows of %s (%s) in %s → %s; %zu runs to do, %zu already there\n",
+               workflow.name.value.c_str(), rows.size(), o.data_path.c_str(),
+               std::string(eval::format_name(data.format)).c_str(), mode_list.c_str(), out_path.c_str(),
+               n_pending, rows.size() * settings.modes.size() - n_pending);
+
+  eval::EvalReport report;
+  if (n_pending > 0) {
+    LoadedModel lm = load_model(o.model_path, o.n_threads);
+    const bool terminal = isatty(STDERR_FILENO) != 0;
+    eval::Progress progress(n_pending, terminal);
+    auto say = [](const std::string& text) {
+      std::fputs(text.c_str(), stderr);
+      std::fflush(stderr);
+    };
+    eval::EvalCallbacks callbacks;
+    callbacks.on_mode_start = [&](runtime::Mode mode, size_t) {
+      say(progress.start_mode(std::string(runtime::mode_name(mode)), now_s()));
+    };
+    callbacks.on_result = [&](const eval::ResultRow& r) { say(progress.finished(true, r.score, now_s())); };
+    callbacks.on_failure = [&](const eval::EvalFailure& f) {
+      if (terminal) say("\r\033[K");
+      say(fmt::format("eval: row '{}' ({}:{}) failed in mode {}:\n{}{}", f.id, o.data_path, f.line, f.mode,
+                      f.message, f.message.ends_with('\n') ? "" : "\n"));
+      say(progress.finished(false, 0, now_s()));
+    };
+    report = eval::run_eval(workflow, *lm.model, rows, settings, done, writer, callbacks);
+    say(progress.close());
+  }
+
+  // The summary covers this selection as the file now holds it: resumed rows and new ones alike.
+  print_summary(eval::results_of_selection(eval::read_results(out_path).rows, rows, settings.modes), o.json);
+  if (!report.failures.empty())
+    throw InputError(fmt::format("{} of {} runs failed (errors above); nothing was written for them",
+                                 report.failures.size(), report.n_run),
+                     "fix the cause, then run the same command with --resume to run only those");
+}
+
+}  // namespace
+
+void add_eval_run(CLI::App& eval_group) {
+  auto o = std::make_shared<EvalRunOptions>();
+  CLI::App& cmd = eval_group;
+  cmd.add_option("workflow", o->workflow_path, "workflow YAML file to run over the data (the run form)");
+  cmd.add_option("--data", o->data_path,
+                 "data file: MATH jsonl, LongBench jsonl, the MuSiQue json, or jsonl");
+  cmd.add_option("--format", o->format, "math, longbench, musique or jsonl (default: detected)");
+  cmd.add_option("--map", o->maps, "feed a row field to a workflow input, INPUT=FIELD (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd.add_option("--limit", o->limit, "use the first N rows (default: all)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--shard", o->shard, "run slice I of N of the (limited) rows: row index mod N == I");
+  cmd.add_option("--mode", o->modes,
+                 "choreo, prefix or naive; repeat for a paired comparison (default choreo)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd.add_option("--metric", o->metric,
+                 "math, qa_f1, rouge_l, classification, retrieval or count "
+                 "(default: the dataset's)");
+  add_model_options(cmd, o->model_path, o->n_threads);
+  cmd.add_option("--concurrency", o->concurrency,
+                 "rows in flight at once per mode; their calls share batches "
+                 "(default 4)")
+      ->check(CLI::Range(1, 4096));
+  cmd.add_option("--out", o->out_path,
+                 "results file, one JSON line per (row, mode) "
+                 "(default: WORKFLOW-DATA[-shard-I-of-N].jsonl)");
+  cmd.add_flag("--resume", o->resume,
+               "keep the rows already in --out and run only the missing (row, mode) pairs");
+  cmd.add_option("--param", o->params, "override a workflow param for every row, KEY=VALUE (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd.add_flag("--no-leak", o->no_leak, "re-encode parents carrying other agents' private messages");
+  cmd.add_option("--cache-mib", o->cache_mib, "KV page pool budget per mode in MiB (default 4096)")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--page-tokens", o->page_tokens, "tokens per KV page (default 32)")
+      ->check(CLI::Range(1, 4096));
+  cmd.add_flag("--json", o->json, "print the closing summary as JSON");
+  cmd.add_flag("--fsync", o->sync,
+               "fsync the results file after every row (survives power loss, not only kills)");
+  cmd.callback([o, &cmd] {
+    if (!cmd.get_subcommands().empty()) return;  // `eval score` / `eval merge` ran instead
+    if (o->workflow_path.empty())
+      throw InputError(
+          "choreo eval needs a workflow file or a subcommand",
+          "choreo eval WORKFLOW.yaml --data FILE ..., choreo eval score ..., or choreo eval merge ...");
+    run_eval_command(*o);
+  });
+}
+
+}  // namespace choreo::cli

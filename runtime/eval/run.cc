@@ -1,0 +1,217 @@
+#include "runtime/eval/run.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "runtime/common/error.h"
+#include "runtime/eval/math_answer.h"
+#include "runtime/exec/leak_guard.h"
+#include "runtime/exec/profile.h"
+#include "runtime/exec/run_arguments.h"
+#include "runtime/exec/scheduler.h"
+#include "runtime/kv/page_pool.h"
+
+namespace choreo::eval {
+
+namespace {
+
+/// The names a row can feed: the workflow's declared inputs and the dataset fields its messages read.
+std::vector<std::string> fed_names(const dsl::Workflow& workflow) {
+  std::vector<std::string> names;
+  for (const dsl::Input& input : workflow.inputs) names.push_back(input.name.value);
+  for (const dsl::Message& message : workflow.messages)
+    if (message.field && std::find(names.begin(), names.end(), message.field->value) == names.end())
+      names.push_back(message.field->value);
+  return names;
+}
+
+/// `--param` keys must be params of the workflow and convert to their types; checked once, not per row.
+void check_params(const dsl::Workflow& workflow, const exec::RunArguments& shared) {
+  for (const auto& [key, text] : shared.params) {
+    auto it = std::find_if(workflow.params.begin(), workflow.params.end(),
+                           [&](const dsl::Param& p) { return p.name.value == key; });
+    if (it == workflow.params.end()) {
+      std::vector<std::string> names;
+      for (const dsl::Param& p : workflow.params) names.push_back(p.name.value);
+      throw InputError(
+          fmt::format("--param {}: workflow `{}` has no param `{}`", key, workflow.name.value, key),
+          names.empty() ? "this workflow declares no params"
+                        : fmt::format("its params are: {}", fmt::join(names, ", ")));
+    }
+    exec::convert_argument(text, it->value.type, fmt::format("param `{}`", key));
+  }
+}
+
+/// An error about one row, re-located at the row's line of the data file.
+[[noreturn]] void fail_row(const InputError& error, const Row& row, const std::string& data_path) {
+  throw InputError(fmt::format("row '{}': {}", row.id, error.message()), error.hint(),
+                   SourceLocation{data_path, row.line, 0});
+}
+
+Metric metric_of(const Row& row, const Dataset& data, const EvalSettings& settings) {
+  if (settings.metric) return *settings.metric;
+  if (!row.dataset.empty())
+    if (std::optional<Metric> m = metric_for_dataset(row.dataset)) return *m;
+  if (data.metric) return *data.metric;
+  throw InputError(
+      fmt::format("no metric for the rows of '{}' ({} format)", data.path, format_name(data.format)),
+      "pass --metric math|qa_f1|rouge_l|classification|retrieval|count",
+      SourceLocation{data.path, row.line, 0});
+}
+
+ScoreContext context_of(const Row& row) { return ScoreContext{row.gold, row.all_classes, row.dataset}; }
+
+std::string describe(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const InputError& e) {
+    return e.render();
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+/// Touches the weights and starts the threads on a scratch engine, so the first mode's first rows do not
+/// pay for page faults the later modes never see.
+void warm_up(const model::Model& model, int page_tokens) {
+  kv::PagePool pool(model.kv_layout(page_tokens), size_t(64) << 20);
+  runtime::Engine scratch(model, pool, runtime::Mode::Choreo);
+  runtime::PrefillRequest request;
+  request.tokens = model.vocab().tokenize("Warm up the weights and the threads, please.", false, true);
+  if (!request.tokens.empty()) scratch.prefill(request);
+}
+
+/// What MATH scores: a workflow's output that holds no \boxed{} is the answer itself, already extracted
+/// (madpar's `output: "{{ boxed(...) }}"`), so it is scored as if boxed. An output with a box, or empty, is
+/// scored as the official rule says.
+std::string scored_text(Metric metric, const std::string& prediction) {
+  if (metric != Metric::math || prediction.empty() || last_boxed_only_string(prediction)) return prediction;
+  return "\\boxed{" + prediction + "}";
+}
+
+}  // namespace
+
+std::vector<PreparedRow> prepare_rows(const dsl::Workflow& workflow, const Dataset& data,
+                                      const std::vector<Row>& rows, const EvalSettings& settings) {
+  if (!workflow.output)
+    throw InputError(fmt::format("workflow `{}` has no `output:`", workflow.name.value),
+                     "choreo eval scores the workflow's output; add e.g. output: \"{{ answer }}\"",
+                     workflow.name.where, workflow.source_line(workflow.name.where.line));
+  check_params(workflow, settings.shared);
+  const std::vector<std::string> names = fed_names(workflow);
+  std::vector<PreparedRow> out;
+  for (const Row& row : rows) {
+    PreparedRow p;
+    p.row = &row;
+    p.arguments.inputs = settings.input_map.apply(row, names, data.path);
+    p.arguments.params = settings.shared.params;
+    p.metric = metric_of(row, data, settings);
+    try {
+      exec::bind_arguments(workflow, p.arguments);
+      score_sample(p.metric, "", context_of(row));  // throws for gold the metric cannot use
+    } catch (const InputError& e) {
+      fail_row(e, row, data.path);
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+ResultRow make_result(const PreparedRow& prepared, runtime::Mode mode, const exec::RunResult& result) {
+  const Row& row = *prepared.row;
+  ResultRow out;
+  out.id = row.id;
+  out.mode = std::string(runtime::mode_name(mode));
+  out.prediction = result.output;
+  const SampleScore scored =
+      score_sample(prepared.metric, scored_text(prepared.metric, out.prediction), context_of(row));
+  out.extracted = scored.extracted;
+  out.score = scored.score;
+  out.gold = row.gold;
+  out.metric = std::string(metric_name(prepared.metric));
+  out.subject = row.subject;
+  out.level = row.level;
+  const exec::RunTiming timing = exec::timing_of(result);
+  out.ttft_ms = timing.ttft_ms;
+  out.e2e_ms = timing.e2e_ms;
+  out.tokens_generated = timing.n_generated;
+  out.tokens_computed = timing.n_computed;
+  out.tokens_reused = timing.n_reused;
+  out.extra["line"] = row.line;
+  return out;
+}
+
+size_t count_pending(const std::vector<PreparedRow>& rows, const std::vector<runtime::Mode>& modes,
+                     const std::set<std::pair<std::string, std::string>>& done) {
+  size_t n = 0;
+  for (runtime::Mode mode : modes)
+    for (const PreparedRow& p : rows)
+      if (!done.count({p.row->id, std::string(runtime::mode_name(mode))})) ++n;
+  return n;
+}
+
+EvalReport run_eval(const dsl::Workflow& workflow, const model::Model& model,
+                    const std::vector<PreparedRow>& rows, const EvalSettings& settings,
+                    const std::set<std::pair<std::string, std::string>>& done, ResultWriter& writer,
+                    const EvalCallbacks& callbacks) {
+  EvalReport report;
+  if (count_pending(rows, settings.modes, done) > 0) warm_up(model, settings.page_tokens);
+  for (runtime::Mode mode : settings.modes) {
+    const std::string mode_text(runtime::mode_name(mode));
+    std::vector<const PreparedRow*> pending;
+    for (const PreparedRow& p : rows)
+      if (!done.count({p.row->id, mode_text})) pending.push_back(&p);
+    report.n_skipped += rows.size() - pending.size();
+    if (pending.empty()) continue;
+    if (callbacks.on_mode_start) callbacks.on_mode_start(mode, pending.size());
+
+    // One engine and page pool per mode, kept for the whole mode like a warm server: later rows reuse what
+    // earlier rows encoded (the static messages), and no mode sees another's cache.
+    kv::PagePool pool(model.kv_layout(settings.page_tokens), settings.cache_bytes);
+    runtime::Engine engine(model, pool, mode);
+    std::optional<exec::LeakGuard> guard;
+    if (settings.no_leak) guard.emplace(engine);
+    exec::BatchScheduler scheduler(engine, guard ? &*guard : nullptr);
+    std::mutex finished;  // serialises writes and callbacks
+    const std::vector<std::exception_ptr> errors =
+        scheduler.run(pending.size(), std::max(1, settings.concurrency), [&](size_t k, exec::CallSink& sink) {
+          const PreparedRow& p = *pending[k];
+          std::optional<ResultRow> result;
+          std::exception_ptr error;
+          try {
+            result = make_result(p, mode, exec::run_workflow(workflow, sink, p.arguments));
+          } catch (...) {
+            error = std::current_exception();
+          }
+          std::lock_guard lock(finished);
+          if (result) {
+            writer.append(*result);  // an I/O failure here stops the run (rethrown below)
+            if (callbacks.on_result) callbacks.on_result(*result);
+            return;
+          }
+          EvalFailure failure{p.row->id, mode_text, p.row->line, describe(error)};
+          if (callbacks.on_failure) callbacks.on_failure(failure);
+          report.failures.push_back(std::move(failure));
+        });
+    report.n_run += pending.size();
+    for (const std::exception_ptr& error : errors)
+      if (error) std::rethrow_exception(error);
+  }
+  return report;
+}
+
+std::vector<ResultRow> results_of_selection(const std::vector<ResultRow>& results,
+                                            const std::vector<PreparedRow>& rows,
+                                            const std::vector<runtime::Mode>& modes) {
+  std::set<std::string> ids, mode_names;
+  for (const PreparedRow& p : rows) ids.insert(p.row->id);
+  for (runtime::Mode mode : modes) mode_names.insert(std::string(runtime::mode_name(mode)));
+  std::vector<ResultRow> out;
+  for (const ResultRow& r : results)
+    if (ids.count(r.id) && mode_names.count(r.mode)) out.push_back(r);
+  return out;
+}
+
+}  // namespace choreo::eval
