@@ -33,20 +33,6 @@ struct CheckOptions {
   bool no_leak = false;
 };
 
-/// `k=v` pairs from repeated flags; a pair without `=` or given twice is a usage error.
-std::map<std::string, std::string> key_values(const std::vector<std::string>& pairs, std::string_view flag) {
-  std::map<std::string, std::string> out;
-  for (const std::string& pair : pairs) {
-    const size_t eq = pair.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw InputError(fmt::format("{} '{}' is not KEY=VALUE", flag, pair),
-                       fmt::format("write e.g. {} rounds=2", flag));
-    if (!out.emplace(pair.substr(0, eq), pair.substr(eq + 1)).second)
-      throw InputError(fmt::format("{} {} is given twice", flag, pair.substr(0, eq)));
-  }
-  return out;
-}
-
 std::string names_of(const Plan& plan, const std::vector<size_t>& ids, size_t limit) {
   std::vector<std::string> names;
   for (size_t i = 0; i < ids.size() && i < limit; ++i) names.push_back(plan.nodes[ids[i]].name);

@@ -36,18 +36,6 @@ struct EvalRunOptions {
   bool resume = false, no_leak = false, json = false, sync = false;
 };
 
-std::map<std::string, std::string> param_pairs(const std::vector<std::string>& items) {
-  std::map<std::string, std::string> out;
-  for (const std::string& item : items) {
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw InputError(fmt::format("--param '{}' is not KEY=VALUE", item), "write e.g. --param rounds=2");
-    if (!out.emplace(item.substr(0, eq), item.substr(eq + 1)).second)
-      throw InputError(fmt::format("--param {} is given twice", item.substr(0, eq)));
-  }
-  return out;
-}
-
 std::vector<runtime::Mode> parse_modes(const std::vector<std::string>& names) {
   if (names.empty()) return {runtime::Mode::Choreo};
   std::vector<runtime::Mode> modes;
@@ -92,7 +80,7 @@ void run_eval_command(const EvalRunOptions& o) {
   settings.concurrency = o.concurrency;
   if (!o.metric.empty()) settings.metric = eval::parse_metric(o.metric);
   settings.input_map = eval::InputMap::parse(o.maps);
-  settings.shared.params = param_pairs(o.params);
+  settings.shared.params = key_values(o.params, "--param");
   settings.no_leak = o.no_leak;
   settings.page_tokens = o.page_tokens;
   settings.cache_bytes = size_t(o.cache_mib) << 20;

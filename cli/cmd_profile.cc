@@ -31,17 +31,6 @@ struct ProfileOptions {
   int page_tokens = 32;
 };
 
-std::map<std::string, std::string> pairs(const std::vector<std::string>& items, std::string_view flag) {
-  std::map<std::string, std::string> out;
-  for (const std::string& item : items) {
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw InputError(fmt::format("{} '{}' is not KEY=VALUE", flag, item));
-    out[item.substr(0, eq)] = item.substr(eq + 1);
-  }
-  return out;
-}
-
 /// Per-step means over instances, matched by label and order of occurrence.
 struct StepSummary {
   std::string label;
@@ -64,12 +53,12 @@ void run_profile(const ProfileOptions& o) {
   if (baseline_mode == runtime::Mode::Choreo)
     throw InputError("--baseline must be prefix or naive", "the choreo run is the one being measured");
   const dsl::Workflow workflow = dsl::load_workflow(o.workflow_path);
-  const exec::RunArguments base{pairs(o.inputs, "--input"), pairs(o.params, "--param")};
+  const exec::RunArguments base{key_values(o.inputs, "--input"), key_values(o.params, "--param")};
   std::vector<exec::InputRow> rows;
   if (o.inputs_path.empty())
     rows.push_back({0, base});
   else
-    rows = exec::read_input_rows(o.inputs_path, workflow, base, pairs(o.maps, "--map"));
+    rows = exec::read_input_rows(o.inputs_path, workflow, base, key_values(o.maps, "--map"));
   if (o.limit > 0 && int(rows.size()) > o.limit) rows.resize(size_t(o.limit));
   if (!o.json_path.empty()) check_writable(o.json_path, "--json");
 

@@ -40,20 +40,6 @@ struct RunOptions {
   int page_tokens = 32;
 };
 
-/// `k=v` pairs from repeated flags; a pair without `=` or given twice is a usage error.
-std::map<std::string, std::string> key_values(const std::vector<std::string>& pairs, std::string_view flag) {
-  std::map<std::string, std::string> out;
-  for (const std::string& pair : pairs) {
-    const size_t eq = pair.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw InputError(fmt::format("{} '{}' is not KEY=VALUE", flag, pair),
-                       fmt::format("write e.g. {} question='What is 2+2?'", flag));
-    if (!out.emplace(pair.substr(0, eq), pair.substr(eq + 1)).second)
-      throw InputError(fmt::format("{} {} is given twice", flag, pair.substr(0, eq)));
-  }
-  return out;
-}
-
 /// -m wins; else the workflow's `model:` when it names an existing file (as given, or next to the workflow);
 /// else the default model.
 std::string resolve_model(const RunOptions& o, const dsl::Workflow& workflow) {

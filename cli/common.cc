@@ -20,6 +20,19 @@ LoadedModel load_model(const std::string& path, int n_threads) {
   return lm;
 }
 
+std::map<std::string, std::string> key_values(const std::vector<std::string>& pairs, std::string_view flag) {
+  std::map<std::string, std::string> out;
+  for (const std::string& pair : pairs) {
+    const size_t eq = pair.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw InputError(fmt::format("{} '{}' is not KEY=VALUE", flag, pair),
+                       fmt::format("write e.g. {} name=value", flag));
+    if (!out.emplace(pair.substr(0, eq), pair.substr(eq + 1)).second)
+      throw InputError(fmt::format("{} {} is given twice", flag, pair.substr(0, eq)));
+  }
+  return out;
+}
+
 void add_model_options(CLI::App& cmd, std::string& model_path, int& n_threads) {
   cmd.add_option("-m,--model", model_path, "GGUF model file (default: $CHOREO_MODEL or the model setup installed)");
   cmd.add_option("-t,--threads", n_threads, "threads (default: all cores)");

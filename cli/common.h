@@ -1,8 +1,11 @@
 #pragma once
 // Pieces shared by the CLI's subcommands.
 
+#include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -19,6 +22,10 @@ struct LoadedModel {
 
 /// Loads `path` (the default model when empty) on the CPU backend with n_threads (<= 0: all cores).
 LoadedModel load_model(const std::string& path, int n_threads);
+
+/// `k=v` pairs from repeated flags (`--input`, `--param`, `--map`); a pair without `=` or a key given twice
+/// is a usage error (InputError).
+std::map<std::string, std::string> key_values(const std::vector<std::string>& pairs, std::string_view flag);
 
 /// Adds `-m/--model` and `-t/--threads` to a subcommand.
 void add_model_options(CLI::App& cmd, std::string& model_path, int& n_threads);

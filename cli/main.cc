@@ -11,20 +11,30 @@
 #include "cli/common.h"
 #include "runtime/common/error.h"
 
-// OpenMP threads must spin between the ~200 parallel regions of a decode step: with libgomp's default
-// policy a waiting thread sleeps, and on a busy 2-core machine tg128 of a 1B model fell from 27.6 to 16 tok/s
-// (± 9). libgomp reads OMP_WAIT_POLICY once, when it is loaded, so the process re-executes itself with it set.
-static void ensure_active_openmp_wait(char** argv) {
+// OpenMP threads should spin between the ~200 parallel regions of a decode step when they have the cores to
+// themselves: with libgomp's default policy a waiting thread sleeps, and tg128 of a 1B model fell from 27.6 to
+// 16 tok/s. On a machine that is already busy, spinning threads steal the cores the other threads need and
+// everything stalls (SmolLM2 tg32 at load 7: 22 tok/s spinning, 92 tok/s sleeping; a madpar run took 7 min
+// instead of 19 s). So the policy follows the 1-minute load average: active when at most half the cores are
+// busy, passive otherwise. libgomp reads OMP_WAIT_POLICY once, when it is loaded, so the process re-executes
+// itself with it set; a policy the user sets is kept.
+static void choose_openmp_wait_policy(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  setenv("OMP_WAIT_POLICY", "active", 1);
+  double load = 0;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &load) != 1) load = 0;
+    std::fclose(f);
+  }
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  setenv("OMP_WAIT_POLICY", load <= 0.5 * double(cores > 0 ? cores : 1) ? "active" : "passive", 1);
   execv("/proc/self/exe", argv);  // returns only on failure; then run with the default policy
 }
 
 int main(int argc, char** argv) {
-  ensure_active_openmp_wait(argv);
+  choose_openmp_wait_policy(argv);
   CLI::App app{
       "choreo — LLM inference on a global KV cache of messages (Prompt Choreography), CPU backend.\n"
-      "choreo run executes workflows; check, profile, encode and eval are not built yet."};
+      "Workflows: run, check, profile, eval; Prompt Cache: encode, cache. See README.md and docs/."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "choreo 0.1.0");
   choreo::cli::register_generate(app);

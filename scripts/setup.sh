@@ -61,8 +61,7 @@ cmake -S "$ROOT" -B "$ROOT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 ninja -C "$ROOT/build"
 
 if ((RUN_MAIN)); then
-  say "running the main job: a chat turn with $MODEL"
-  "$ROOT/build/choreo" generate --chat -m "$MODEL" -n 96 --temp 0 \
-    --system "You are a helpful AI assistant named SmolLM, trained by Hugging Face" \
-    -p "In two sentences, why is caching useful in computing?"
+  say "running the main job: workflows/hello.yaml with $MODEL"
+  "$ROOT/build/choreo" run "$ROOT/workflows/hello.yaml" -m "$MODEL" \
+    --input question="In two sentences, why is caching useful in computing?"
 fi

@@ -19,21 +19,13 @@
 #include "runtime/eval/progress.h"
 #include "runtime/eval/run.h"
 #include "runtime/kv/page_pool.h"
+#include "tests/test_models.h"
 #include "tests/test_paths.h"
 
 namespace choreo {
 namespace {
 
-struct Loaded {
-  std::unique_ptr<kernels::Backend> backend = kernels::make_cpu_backend(2);
-  std::unique_ptr<model::Model> model;
-  explicit Loaded(const std::string& path) { model = model::Model::load(path, *backend); }
-};
-
-const model::Model& stories() {
-  static Loaded l(testing::shared_file("models/stories260K.gguf"));
-  return *l.model;
-}
+const model::Model& stories() { return *testing::stories260k().model; }
 
 // The output ends in a fixed \boxed{42}, so a row's MATH score is known by hand: 1 when its gold is 42.
 // The reply before it is sampled (temperature 0.8), so predictions differ between rows and test the plumbing.

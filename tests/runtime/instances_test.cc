@@ -18,21 +18,13 @@
 #include "runtime/exec/scheduler.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/model/llama.h"
+#include "tests/test_models.h"
 #include "tests/test_paths.h"
 
 namespace choreo {
 namespace {
 
-struct Loaded {
-  std::unique_ptr<kernels::Backend> backend = kernels::make_cpu_backend(2);
-  std::unique_ptr<model::Model> model;
-  explicit Loaded(const std::string& path) { model = model::Model::load(path, *backend); }
-};
-
-const model::Model& stories() {
-  static Loaded l(testing::shared_file("models/stories260K.gguf"));
-  return *l.model;
-}
+const model::Model& stories() { return *testing::stories260k().model; }
 
 const exec::MessageRecord& message(const exec::RunResult& r, const std::string& name) {
   auto it = std::find_if(r.messages.begin(), r.messages.end(), [&](auto& m) { return m.name == name; });

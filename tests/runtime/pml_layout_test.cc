@@ -14,21 +14,15 @@
 #include "runtime/model/llama.h"
 #include "runtime/pml/layout.h"
 #include "runtime/pml/prompt_plan.h"
+#include "tests/test_models.h"
 #include "tests/test_paths.h"
 
 namespace choreo::runtime::pml {
 namespace {
 
-struct Loaded {
-  std::unique_ptr<kernels::Backend> backend = kernels::make_cpu_backend(2);
-  std::unique_ptr<model::Model> model;
-  explicit Loaded(const std::string& path) { model = model::Model::load(path, *backend); }
-};
+using Loaded = testing::LoadedModel;
 
-Loaded& stories() {
-  static Loaded l(testing::shared_file("models/stories260K.gguf"));
-  return l;
-}
+Loaded& stories() { return testing::stories260k(); }
 
 constexpr const char* kStorySchema = R"(<schema name="story">
 Once upon a time.

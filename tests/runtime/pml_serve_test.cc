@@ -16,21 +16,15 @@
 #include "runtime/model/session.h"
 #include "runtime/pml/encode.h"
 #include "runtime/pml/serve.h"
+#include "tests/test_models.h"
 #include "tests/test_paths.h"
 
 namespace choreo::runtime::pml {
 namespace {
 
-struct Loaded {
-  std::unique_ptr<kernels::Backend> backend = kernels::make_cpu_backend(2);
-  std::unique_ptr<model::Model> model;
-  explicit Loaded(const std::string& path) { model = model::Model::load(path, *backend); }
-};
+using Loaded = testing::LoadedModel;
 
-Loaded& stories() {
-  static Loaded l(testing::shared_file("models/stories260K.gguf"));
-  return l;
-}
+Loaded& stories() { return testing::stories260k(); }
 
 dsl::pml::Prompt prompt(const std::string& text) { return dsl::pml::parse_prompt(text, SourceLocation{"p.pml", 1, 1}); }
 
