@@ -1,13 +1,16 @@
 // `choreo encode`: lays out and encodes a PML schema ahead of time (docs/pml.md), printing every module's
-// positions and token counts; with --prompt, serves one prompt over the encoded modules.
+// positions and token counts; with --prompt, serves one prompt over the encoded modules. Unless --no-store,
+// the encodings go to the persistent store (docs/store.md): pieces found there are loaded instead of
+// computed, and every piece computed is persisted, tagged with a hash of the schema file's bytes.
+
+#include <fmt/format.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <optional>
 #include <fstream>
+#include <optional>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "cli/common.h"
 #include "dsl/pml/prompt_parser.h"
@@ -17,13 +20,16 @@
 #include "runtime/kv/page_pool.h"
 #include "runtime/pml/encode.h"
 #include "runtime/pml/serve.h"
+#include "runtime/store/cache_dir.h"
+#include "runtime/store/disk_store.h"
 
 namespace choreo::cli {
 
 namespace {
 
 struct EncodeOptions {
-  std::string schema_path, model_path, prompt, prompt_file;
+  std::string schema_path, model_path, prompt, prompt_file, cache_dir;
+  bool no_store = false;
   int n_threads = 0;
   int cache_mib = 4096;
   int page_tokens = 32;
@@ -34,8 +40,8 @@ struct EncodeOptions {
 
 void print_layout(const runtime::pml::EncodedSchema& enc) {
   const runtime::pml::Layout& l = enc.layout;
-  std::printf("schema %s: %zu modules, %zu pieces, positions %d..%d\n", l.schema_name.c_str(), l.modules.size(),
-              l.pieces.size(), l.first_pos, l.end_pos);
+  std::printf("schema %s: %zu modules, %zu pieces, positions %d..%d\n", l.schema_name.c_str(),
+              l.modules.size(), l.pieces.size(), l.first_pos, l.end_pos);
   std::printf("%-40s %7s %9s %7s %s\n", "module", "start", "positions", "tokens", "cache");
   int schema_tokens = 0;
   for (const runtime::pml::Piece& p : l.pieces)
@@ -50,17 +56,65 @@ void print_layout(const runtime::pml::EncodedSchema& enc) {
     std::printf("%-40s %7d %9d %7d %s\n", name.c_str(), m.start_pos, m.n_positions, tokens,
                 m.cached ? "yes" : "per request");
   }
-  std::printf("encoded: %d tokens computed, %d pieces already cached, %.1f ms\n", enc.n_computed, enc.n_deduplicated,
-              enc.total_ms);
+  std::printf("encoded: %d tokens computed, %d pieces already cached, %.1f ms\n", enc.n_computed,
+              enc.n_deduplicated, enc.total_ms);
+}
+
+/// The store tag of a schema: XXH3 of its file's bytes (0 is "no tag" in the store, so it is avoided).
+uint64_t schema_tag(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("cannot read schema file '{}'", path), {}, {path, 0, 0});
+  std::ostringstream s;
+  s << in.rdbuf();
+  const std::string bytes = s.str();
+  const uint64_t tag = XXH3_64bits(bytes.data(), bytes.size());
+  return tag == 0 ? 1 : tag;
+}
+
+/// Tokens of the distinct messages the encoding holds (pieces with identical encodings share one message).
+int encoded_tokens(const runtime::pml::EncodedSchema& enc, runtime::Engine& engine) {
+  std::vector<kv::MessageId> ids;
+  for (kv::MessageId id : enc.messages)
+    if (id != kv::kNoMessage) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  int tokens = 0;
+  for (kv::MessageId id : ids) tokens += int(engine.store().get(id).tokens.size());
+  return tokens;
+}
+
+/// True when the store holds a usable entry for `key`: header and every page checked (a corrupt page makes
+/// the engine recompute the piece, and then the entry must be rewritten).
+bool store_holds(runtime::Engine& engine, store::DiskStore& disk, uint64_t key) {
+  const store::Compatibility expect{engine.model().fingerprint(), engine.store().pool().layout()};
+  std::optional<store::MappedEntry> entry = disk.open(key, expect);
+  if (!entry) return false;
+  kv::PageList scratch(engine.store().pool());
+  return disk.read_pages(*entry, scratch);
+}
+
+/// Saves every piece's encoding that the store does not hold yet; returns how many entries were written.
+int persist_pieces(runtime::Engine& engine, store::DiskStore& disk, const runtime::pml::EncodedSchema& enc,
+                   uint64_t tag) {
+  int written = 0;
+  for (kv::MessageId id : enc.messages) {
+    if (id == kv::kNoMessage) continue;
+    if (store_holds(engine, disk, engine.store().get(id).key)) continue;  // loaded, or written just before
+    engine.persist(id, tag);
+    ++written;
+  }
+  return written;
 }
 
 void run_encode(const EncodeOptions& o) {
   dsl::pml::Schema schema = dsl::pml::load_schema(o.schema_path);
+  const uint64_t tag = schema_tag(o.schema_path);
   std::string prompt_text = o.prompt;
   SourceLocation prompt_origin{"--prompt", 1, 1};
   if (!o.prompt_file.empty()) {
     std::ifstream in(o.prompt_file, std::ios::binary);
-    if (!in) throw InputError(fmt::format("cannot read prompt file '{}'", o.prompt_file), {}, {o.prompt_file, 0, 0});
+    if (!in)
+      throw InputError(fmt::format("cannot read prompt file '{}'", o.prompt_file), {}, {o.prompt_file, 0, 0});
     std::ostringstream s;
     s << in.rdbuf();
     prompt_text = s.str();
@@ -72,8 +126,20 @@ void run_encode(const EncodeOptions& o) {
   LoadedModel lm = load_model(o.model_path, o.n_threads);
   kv::PagePool pool(lm.model->kv_layout(o.page_tokens), size_t(o.cache_mib) << 20);
   runtime::Engine engine(*lm.model, pool);
+  std::optional<store::DiskStore> disk;
+  if (!o.no_store) {
+    disk.emplace(store::resolve_cache_dir(o.cache_dir));
+    engine.set_disk_store(&*disk);  // prefills look there first; we persist below, with the schema's tag
+  }
   runtime::pml::EncodedSchema enc = runtime::pml::encode_schema(engine, schema);
   print_layout(enc);
+  if (disk) {
+    // In a fresh engine every message of the encoding (the implicit BOS aside) was computed or loaded.
+    const int loaded = encoded_tokens(enc, engine) - enc.n_computed;
+    const int written = persist_pieces(engine, *disk, enc, tag);
+    std::printf("store %s: %d tokens computed, %d loaded from the store; %d entries written (tag %s)\n",
+                disk->dir().c_str(), enc.n_computed, loaded, written, store::key_hex(tag).c_str());
+  }
   if (!prompt) return;
   runtime::pml::ServeOptions serve;
   serve.sampling.temperature = o.temperature;
@@ -81,7 +147,8 @@ void run_encode(const EncodeOptions& o) {
   serve.max_tokens = o.max_tokens;
   runtime::pml::ServeResult r = runtime::pml::serve_prompt(engine, enc, *prompt, serve);
   std::printf("%s\n", r.decode.text.c_str());
-  std::fprintf(stderr, "prompt: %d cached tokens reused, %zu parts encoded fresh, header %zu tokens; ttft %.1f ms, "
+  std::fprintf(stderr,
+               "prompt: %d cached tokens reused, %zu parts encoded fresh, header %zu tokens; ttft %.1f ms, "
                "%zu tokens generated (%s)\n",
                r.n_cached_tokens, r.prefills.size(), r.plan.header.size(), r.decode.stats.ttft_ms,
                r.decode.generated.size(), r.decode.stop_reason.c_str());
@@ -94,13 +161,18 @@ void register_encode(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("encode", "encode a PML schema's modules ahead of time (docs/pml.md)");
   cmd->add_option("schema", o->schema_path, "PML schema file")->required();
   add_model_options(*cmd, o->model_path, o->n_threads);
-  cmd->add_option("-p,--prompt", o->prompt, "also serve this PML prompt (<prompt schema=\"...\">...</prompt>)");
+  cmd->add_option("-p,--prompt", o->prompt,
+                  "also serve this PML prompt (<prompt schema=\"...\">...</prompt>)");
   cmd->add_option("--prompt-file", o->prompt_file, "also serve the PML prompt in this file");
   cmd->add_option("-n,--max-tokens", o->max_tokens, "tokens to generate for the prompt (default 128)");
   cmd->add_option("--temp", o->temperature, "sampling temperature for the prompt (default 0 = greedy)");
   cmd->add_option("-s,--seed", o->seed, "sampling seed");
   cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget in MiB (default 4096)");
   cmd->add_option("--page-tokens", o->page_tokens, "tokens per KV page (default 32)");
+  cmd->add_option(
+      "--cache-dir", o->cache_dir,
+      "persistent store directory (default: $CHOREO_CACHE_DIR, else the XDG cache; docs/store.md)");
+  cmd->add_flag("--no-store", o->no_store, "neither load from nor write to the persistent store");
   cmd->callback([o] { run_encode(*o); });
 }
 

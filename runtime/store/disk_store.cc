@@ -10,8 +10,10 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "runtime/common/error.h"
 
@@ -94,6 +96,16 @@ bool remove_temp_if_abandoned(const std::string& path) {
   return removed;
 }
 
+/// Test hook (tests/runtime/encode_kill_test.cc): $CHOREO_STORE_PAUSE_AFTER_PAGE_MS > 0 makes every write
+/// sleep that long after each page, so a test can SIGKILL a writer inside a write. Unset: no pause.
+int pause_after_page_ms() {
+  static const int ms = [] {
+    const char* env = std::getenv("CHOREO_STORE_PAUSE_AFTER_PAGE_MS");
+    return env ? std::clamp(std::atoi(env), 0, 60000) : 0;
+  }();
+  return ms;
+}
+
 uint64_t unix_ms_now() {
   return uint64_t(
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count());
@@ -174,6 +186,8 @@ void DiskStore::save(const EntryMeta& meta_in, std::span<const float* const> pag
     for (size_t i = 0; i < pages.size(); ++i) {
       write_all(fd, pages[i], page_bytes, temp_path);
       if (options.after_page) options.after_page(i);
+      if (const int pause_ms = pause_after_page_ms())
+        std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
     }
     if (::fsync(fd) != 0) throw RuntimeFailure(fmt::format("cannot fsync {}: {}", temp_path, errno_text()));
     {
