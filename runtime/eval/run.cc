@@ -28,8 +28,9 @@ std::vector<std::string> fed_names(const dsl::Workflow& workflow) {
 /// `--param` keys must be params of the workflow and convert to their types; checked once, not per row.
 void check_params(const dsl::Workflow& workflow, const exec::RunArguments& shared) {
   for (const auto& [key, text] : shared.params) {
+    const std::string& name = key;  // clang 14 cannot capture a structured binding
     auto it = std::find_if(workflow.params.begin(), workflow.params.end(),
-                           [&](const dsl::Param& p) { return p.name.value == key; });
+                           [&](const dsl::Param& p) { return p.name.value == name; });
     if (it == workflow.params.end()) {
       std::vector<std::string> names;
       for (const dsl::Param& p : workflow.params) names.push_back(p.name.value);

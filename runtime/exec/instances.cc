@@ -14,7 +14,7 @@ std::vector<InputRow> read_input_rows(const std::string& path, const dsl::Workfl
                                       const RunArguments& base, const std::map<std::string, std::string>& fields) {
   for (const auto& [input, field] : fields)
     if (std::none_of(workflow.inputs.begin(), workflow.inputs.end(),
-                     [&](const dsl::Input& i) { return i.name.value == input; }))
+                     [&, &name = input](const dsl::Input& i) { return i.name.value == name; }))
       throw InputError(fmt::format("--map {}={}: workflow `{}` has no input `{}`", input, field, workflow.name.value,
                                    input),
                        "write --map INPUT=FIELD with one of the workflow's inputs");
