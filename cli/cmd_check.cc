@@ -206,13 +206,8 @@ void register_check(CLI::App& app) {
       "validate a workflow without a model: plan summary, agent step graph, information-flow (leak) report; "
       "exit 0 clean, 1 leaks found, 2 invalid");
   cmd->add_option("workflow", o->workflow_path, "workflow YAML file")->required();
-  cmd->add_option("--input", o->inputs,
-                  "an input value, KEY=VALUE (repeatable; inputs not given are unknown)")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("--param", o->params, "override a param, KEY=VALUE (repeatable)")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_pairs_option(*cmd, "--input", o->inputs, "an input value, KEY=VALUE (repeatable; inputs not given are unknown)");
+  add_pairs_option(*cmd, "--param", o->params, "override a param, KEY=VALUE (repeatable)");
   cmd->add_flag("--dot{agents}", o->dot,
                 "print the agent step graph (--dot) or the call DAG (--dot=calls) as Graphviz DOT instead")
       ->check(CLI::IsMember({"agents", "calls"}));

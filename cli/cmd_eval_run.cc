@@ -152,15 +152,10 @@ void add_eval_run(CLI::App& eval_group) {
   cmd.add_option("--data", o->data_path,
                  "data file: MATH jsonl, LongBench jsonl, the MuSiQue json, or jsonl");
   cmd.add_option("--format", o->format, "math, longbench, musique or jsonl (default: detected)");
-  cmd.add_option("--map", o->maps, "feed a row field to a workflow input, INPUT=FIELD (repeatable)")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_pairs_option(cmd, "--map", o->maps, "feed a row field to a workflow input, INPUT=FIELD (repeatable)");
   cmd.add_option("--limit", o->limit, "use the first N rows (default: all)")->check(CLI::NonNegativeNumber);
   cmd.add_option("--shard", o->shard, "run slice I of N of the (limited) rows: row index mod N == I");
-  cmd.add_option("--mode", o->modes,
-                 "choreo, prefix or naive; repeat for a paired comparison (default choreo)")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_pairs_option(cmd, "--mode", o->modes, "choreo, prefix or naive; repeat for a paired comparison (default choreo)");
   cmd.add_option("--metric", o->metric,
                  "math, qa_f1, rouge_l, classification, retrieval or count "
                  "(default: the dataset's)");
@@ -174,9 +169,7 @@ void add_eval_run(CLI::App& eval_group) {
                  "(default: WORKFLOW-DATA[-shard-I-of-N].jsonl)");
   cmd.add_flag("--resume", o->resume,
                "keep the rows already in --out and run only the missing (row, mode) pairs");
-  cmd.add_option("--param", o->params, "override a workflow param for every row, KEY=VALUE (repeatable)")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_pairs_option(cmd, "--param", o->params, "override a workflow param for every row, KEY=VALUE (repeatable)");
   cmd.add_flag("--no-leak", o->no_leak, "re-encode parents carrying other agents' private messages");
   cmd.add_option("--cache-mib", o->cache_mib, "KV page pool budget per mode in MiB (default 4096)")
       ->check(CLI::PositiveNumber);

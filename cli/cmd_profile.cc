@@ -182,15 +182,9 @@ void register_profile(CLI::App& app) {
   cmd->add_option("--inputs", o->inputs_path, "JSON Lines file, one instance per line (as for choreo run)");
   cmd->add_option("--limit", o->limit, "instances to run from --inputs (default 10; 0 = all)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--input", o->inputs, "an input value for every instance, KEY=VALUE (repeatable)")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("--map", o->maps, "with --inputs: read input INPUT from row key FIELD, INPUT=FIELD (repeatable)")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("--param", o->params, "override a param, KEY=VALUE (repeatable)")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_pairs_option(*cmd, "--input", o->inputs, "an input value for every instance, KEY=VALUE (repeatable)");
+  add_pairs_option(*cmd, "--map", o->maps, "with --inputs: read input INPUT from row key FIELD, INPUT=FIELD (repeatable)");
+  add_pairs_option(*cmd, "--param", o->params, "override a param, KEY=VALUE (repeatable)");
   cmd->add_option("--baseline", o->baseline, "baseline mode: prefix (default) or naive")
       ->check(CLI::IsMember({"prefix", "naive"}));
   cmd->add_option("--json", o->json_path, "write the raw per-instance numbers as JSON here");

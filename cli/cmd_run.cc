@@ -209,15 +209,9 @@ void register_run(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "run a workflow file once (see docs/workflow-language.md)");
   cmd->add_option("workflow", o->workflow_path, "workflow YAML file")->required();
   add_model_options(*cmd, o->model_path, o->n_threads);
-  cmd->add_option("--input", o->inputs, "an input value, KEY=VALUE (repeatable)")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("--map", o->maps, "with --inputs: read input INPUT from row key FIELD, INPUT=FIELD (repeatable)")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("--param", o->params, "override a param, KEY=VALUE (repeatable)")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_pairs_option(*cmd, "--input", o->inputs, "an input value, KEY=VALUE (repeatable)");
+  add_pairs_option(*cmd, "--map", o->maps, "with --inputs: read input INPUT from row key FIELD, INPUT=FIELD (repeatable)");
+  add_pairs_option(*cmd, "--param", o->params, "override a param, KEY=VALUE (repeatable)");
   cmd->add_option("--mode", o->mode,
                   "engine path: choreo (default; reuse cached parents), prefix or naive (chat-API baselines)")
       ->check(CLI::IsMember({"choreo", "prefix", "naive"}));

@@ -33,6 +33,11 @@ std::map<std::string, std::string> key_values(const std::vector<std::string>& pa
   return out;
 }
 
+void add_pairs_option(CLI::App& cmd, const std::string& name, std::vector<std::string>& values,
+                      const std::string& help) {
+  cmd.add_option(name, values, help)->expected(1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
 void add_model_options(CLI::App& cmd, std::string& model_path, int& n_threads) {
   cmd.add_option("-m,--model", model_path, "GGUF model file (default: $CHOREO_MODEL or the model setup installed)");
   cmd.add_option("-t,--threads", n_threads, "threads (default: all cores)");

@@ -27,6 +27,11 @@ LoadedModel load_model(const std::string& path, int n_threads);
 /// is a usage error (InputError).
 std::map<std::string, std::string> key_values(const std::vector<std::string>& pairs, std::string_view flag);
 
+/// Adds a repeatable `KEY=VALUE` flag (`--input`, `--param`, `--map`): one value per occurrence, all kept;
+/// parse the collected values with key_values().
+void add_pairs_option(CLI::App& cmd, const std::string& name, std::vector<std::string>& values,
+                      const std::string& help);
+
 /// Adds `-m/--model` and `-t/--threads` to a subcommand.
 void add_model_options(CLI::App& cmd, std::string& model_path, int& n_threads);
 

@@ -69,18 +69,15 @@ void LeakGuard::clean_parents(std::vector<runtime::Parent>& parents, const std::
   for (runtime::Parent& p : parents) p.message = clean(p.message, reader);
 }
 
-int LeakGuard::apply(std::vector<runtime::PrefillRequest>& requests) {
+template <typename Request>
+int LeakGuard::apply_to(std::vector<Request>& requests) {
   const int before = n_reencoded_;
   if (engine_.mode() != runtime::Mode::Choreo) return 0;
-  for (runtime::PrefillRequest& r : requests) clean_parents(r.parents, r.agent);
+  for (Request& r : requests) clean_parents(r.parents, r.agent);
   return n_reencoded_ - before;
 }
 
-int LeakGuard::apply(std::vector<runtime::DecodeRequest>& requests) {
-  const int before = n_reencoded_;
-  if (engine_.mode() != runtime::Mode::Choreo) return 0;
-  for (runtime::DecodeRequest& r : requests) clean_parents(r.parents, r.agent);
-  return n_reencoded_ - before;
-}
+int LeakGuard::apply(std::vector<runtime::PrefillRequest>& requests) { return apply_to(requests); }
+int LeakGuard::apply(std::vector<runtime::DecodeRequest>& requests) { return apply_to(requests); }
 
 }  // namespace choreo::exec

@@ -35,6 +35,8 @@ class LeakGuard {
   int n_reencoded() const { return n_reencoded_; }
 
  private:
+  template <typename Request>
+  int apply_to(std::vector<Request>& requests);
   bool leaks_to(kv::MessageId id, const std::string& reader);
   kv::MessageId clean(kv::MessageId id, const std::string& reader);
   void clean_parents(std::vector<runtime::Parent>& parents, const std::string& reader);
