@@ -6,7 +6,11 @@ uncached text (docs/pml.md).
     scripts/musique_to_pml.py [--data PATH] [--out DIR] [--limit N] [--no-chat]
 
 Writes DIR/musique-<i>.pml for each item and DIR/prompts.jsonl with one line per item:
-    {"id": i, "schema": "musique-<i>.pml", "prompt": "<prompt ...>", "answers": [...]}
+    {"id": i, "schema": "/abs/DIR/musique-<i>.pml", "schema_name": "musique-<i>", "prompt": "<prompt ...>",
+     "imports": "<p0/><p1/>...", "ask": "Question: ... (PML-escaped)", "question": "...", "answers": [...]}
+`prompt` is the whole prompt, ending in the assistant's turn; workflows/musique.yaml assembles the same prompt
+from `schema_name`, `imports` and `ask`, and its decode adds the assistant's turn, so `choreo eval` can run it
+over this file (docs/eval.md, "Document QA over Prompt Cache modules").
 With --no-chat the schemas have no role tags (for models without a chat template, e.g. stories260K).
 """
 
@@ -73,7 +77,10 @@ def main():
             name, schema = schema_for(i, item, not args.no_chat)
             with open(os.path.join(args.out, name + ".pml"), "w", encoding="utf-8") as f:
                 f.write(schema)
-            line = {"id": i, "schema": name + ".pml", "prompt": prompt_for(name, item, not args.no_chat),
+            line = {"id": i, "schema": os.path.abspath(os.path.join(args.out, name + ".pml")), "schema_name": name,
+                    "prompt": prompt_for(name, item, not args.no_chat),
+                    "imports": "".join(f"<p{k}/>" for k in range(len(item["ctxs"]))),
+                    "ask": text(f"Question: {item['question']}"), "question": item["question"],
                     "answers": item.get("answers", [])}
             prompts.write(json.dumps(line, ensure_ascii=False) + "\n")
     print(f"wrote {len(items)} schemas and {os.path.join(args.out, 'prompts.jsonl')}")

@@ -313,9 +313,33 @@ class Interpreter {
     auto cached = schemas_.find(path.string());
     if (cached == schemas_.end()) cached = schemas_.emplace(path.string(), dsl::pml::load_schema(path.string())).first;
     const model::Model& model = engine_.model();
+    // Modules this run encodes (or loads from the store) are recorded as "module" messages, so that the run's
+    // end-to-end time and token counts include them; those found already encoded cost nothing and are not.
+    std::map<kv::MessageId, std::pair<runtime::CallStats, double>> encoded_now;
     runtime::pml::EncodedSchema encoded = runtime::pml::encode_layout(
-        [&](std::vector<runtime::PrefillRequest> requests) { return engine_.prefill_batch(std::move(requests)); },
+        [&](std::vector<runtime::PrefillRequest> requests) {
+          const double start_ms = clock_ms();
+          std::vector<runtime::PrefillResult> results = engine_.prefill_batch(std::move(requests));
+          result_.batches.push_back({"prefill", int(results.size())});
+          for (const runtime::PrefillResult& r : results)
+            if (r.stats.n_computed > 0 || r.loaded) encoded_now.emplace(r.id, std::make_pair(r.stats, start_ms));
+          return results;
+        },
         runtime::pml::lay_out(cached->second, model));
+    for (size_t piece = 0; piece < encoded.messages.size(); ++piece) {
+      auto it = encoded_now.find(encoded.messages[piece]);
+      if (it == encoded_now.end()) continue;
+      const runtime::pml::Piece& p = encoded.layout.pieces[piece];
+      Branch b;
+      b.name = m.name.value + "/" +
+               (p.module >= 0 ? encoded.layout.modules[size_t(p.module)].path : std::string("text")) + "#" +
+               std::to_string(piece);
+      MessageRecord r = record_of(b, "module", it->first, it->second.first, it->second.second);
+      r.text = vocab_.detokenize(p.tokens);
+      r.tokens = p.tokens;
+      result_.messages.push_back(std::move(r));
+      encoded_now.erase(it);
+    }
     const std::string text = render(*m.prompt, globals_);
     const runtime::pml::PromptPlan plan =
         runtime::pml::plan_prompt(encoded.layout, dsl::pml::parse_prompt(text, m.prompt->where), model);

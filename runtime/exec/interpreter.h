@@ -24,7 +24,7 @@ struct RunArguments {
 /// One message the run created: a static message, a prefill or a decode.
 struct MessageRecord {
   std::string name;  ///< the bound name, with indices (`answer[1][2]`)
-  std::string kind;  ///< "message", "prefill" or "decode"
+  std::string kind;  ///< "message", "prefill", "decode", or "module" (a PML module this run encoded or loaded)
   kv::MessageId id = kv::kNoMessage;
   std::string agent;
   bool is_private = false;

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Document QA over Prompt Cache modules on the MuSiQue sample: every item becomes a PML schema with one module
+# per passage (scripts/musique_to_pml.py), and workflows/musique.yaml asks the item's question as uncached text
+# over its passages. `choreo eval` runs it in a baseline mode (the same tokens re-encoded in one pass) and in
+# choreo mode (the passages encoded as modules at their schema positions, the decode reading them in place),
+# then prints QA-F1 per mode, the paired difference, and the TTFT and end-to-end ratios (docs/eval.md,
+# "Document QA over Prompt Cache modules").
+#
+#   scripts/eval_musique.sh [more `choreo eval` flags...]
+#
+# Defaults (override with environment variables): the first 2 items, prefix then choreo mode, one row at a
+# time — about 3 minutes on 2 cores (each item is ~6,000 tokens).
+#   CHOREO_BIN   the choreo binary                      [build/choreo, as scripts/setup.sh builds it]
+#   DATA         the MuSiQue sample                     [$CHOREO_SHARED/data/cacheblend_musique_s.json, CHOREO_SHARED=../shared]
+#   PML_DIR      where the schemas and prompts.jsonl go [${TMPDIR:-/tmp}/choreo-musique-pml]
+#   LIMIT        items (0: all 150)                     [2]
+#   MODES        modes, space-separated                 [prefix choreo]
+#   CONCURRENCY  rows in flight per mode                [1: each row's TTFT is its own]
+#   OUT          results file                           [a new file under ${TMPDIR:-/tmp}]
+#   MODEL        -m for choreo eval                     [empty: the default model]
+# With OUT naming an existing file, the run resumes it (only the missing rows run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CHOREO_BIN=${CHOREO_BIN:-build/choreo}
+SHARED=${CHOREO_SHARED:-../shared}
+DATA=${DATA:-$SHARED/data/cacheblend_musique_s.json}
+PML_DIR=${PML_DIR:-${TMPDIR:-/tmp}/choreo-musique-pml}
+LIMIT=${LIMIT:-2}
+MODES=${MODES:-prefix choreo}
+CONCURRENCY=${CONCURRENCY:-1}
+OUT=${OUT:-${TMPDIR:-/tmp}/choreo-eval-musique-$$.jsonl}
+MODEL=${MODEL:-}
+
+if [[ ! -x "$CHOREO_BIN" ]]; then
+  echo "eval_musique.sh: no choreo binary at $CHOREO_BIN (run scripts/setup.sh or set CHOREO_BIN)" >&2
+  exit 2
+fi
+# The schemas are made again each time (a few milliseconds), so they always follow DATA and the script.
+python3 scripts/musique_to_pml.py --data "$DATA" --out "$PML_DIR" >&2
+
+args=(workflows/musique.yaml --data "$PML_DIR/prompts.jsonl" --metric qa_f1 --concurrency "$CONCURRENCY" --out "$OUT")
+[[ "$LIMIT" != 0 ]] && args+=(--limit "$LIMIT")
+for m in $MODES; do args+=(--mode "$m"); done
+[[ -n "$MODEL" ]] && args+=(-m "$MODEL")
+[[ -s "$OUT" ]] && args+=(--resume)
+
+echo "results: $OUT" >&2
+start=$(date +%s)
+"$CHOREO_BIN" eval "${args[@]}" "$@"
+echo "eval_musique.sh: finished in $(($(date +%s) - start)) s; results in $OUT" >&2
