@@ -19,27 +19,59 @@ namespace {
 constexpr int kMaxRowsPerTile = 16;   // query rows of one group handled together
 constexpr int kMaxHeadDim = 256;
 
-/// One unit of work: some query rows of a group, for the query heads that share one KV head, over the pages
-/// [page_begin, page_end) of the group's visible pages (counted across its segments in order). A tile that
-/// covers only part of the pages writes its unnormalised partial result (m, l, acc) to `partial` for merging
-/// (flash-decoding); otherwise it writes the output rows.
+/// Batch invariance: a query row's result must not depend on what else is computed with it (other rows, other
+/// calls of a batch, the thread count), so that a call gives bit-identical logits alone or in any batch. The
+/// keys a row sees are therefore always reduced the same way: each segment's pages are cut into chunks of
+/// kChunkPages pages counted from the segment's start; each chunk gets its own online softmax (m, l, acc)
+/// from scratch, and the chunks are folded into the row's result in order by fold_chunk. Whether the chunks of
+/// a row run on one thread one after the other or in parallel (flash-decoding, when there are too few tiles
+/// to keep the threads busy) changes the schedule, never the arithmetic.
+constexpr int kChunkPages = 8;
+
+/// One unit of work: some query rows of a group, for the query heads that share one KV head, over the chunks
+/// [chunk_begin, chunk_end) of the group's visible chunks (counted across its segments in order). A tile with
+/// `partial` set covers one chunk and writes its unnormalised result (m, l, acc) there for the fold;
+/// otherwise it folds its chunks itself and writes the output rows.
 struct Tile {
   const AttentionGroup* group;
   int row_begin, row_end;  // absolute query rows
   int kv_head;
-  int page_begin = 0, page_end = std::numeric_limits<int>::max();
+  int chunk_begin = 0, chunk_end = std::numeric_limits<int>::max();
   float* partial = nullptr;
 };
 
-/// Visible pages of a group for rows [row_begin, row_end).
-int visible_pages(const AttentionGroup& g, int row_begin, int row_end, int page_tokens) {
-  int pages = 0;
-  for (const KvSegment& seg : g.segments) {
-    int row0 = row_begin - g.q_begin, n_rows = row_end - row_begin;
-    int visible = seg.causal_base >= 0 ? std::min(seg.n_tokens, seg.causal_base + row0 + n_rows) : seg.n_tokens;
-    pages += (visible + page_tokens - 1) / page_tokens;
+/// Pages of `seg` that rows [row_begin, row_end) of `g` can see (the farthest row decides).
+int segment_pages(const AttentionGroup& g, const KvSegment& seg, int row_begin, int row_end, int page_tokens) {
+  const int row0 = row_begin - g.q_begin, n_rows = row_end - row_begin;
+  const int visible = seg.causal_base >= 0 ? std::min(seg.n_tokens, seg.causal_base + row0 + n_rows) : seg.n_tokens;
+  return (visible + page_tokens - 1) / page_tokens;
+}
+
+/// Visible chunks of a group for rows [row_begin, row_end).
+int visible_chunks(const AttentionGroup& g, int row_begin, int row_end, int page_tokens) {
+  int chunks = 0;
+  for (const KvSegment& seg : g.segments)
+    chunks += (segment_pages(g, seg, row_begin, row_end, page_tokens) + kChunkPages - 1) / kChunkPages;
+  return chunks;
+}
+
+/// Folds one chunk's softmax state (m, l, acc) into a row's running state (M, L, ACC), in chunk order. The
+/// only place chunks are combined, so every schedule computes the same numbers. A chunk in which the row saw
+/// no key (l == 0) changes nothing; the first chunk that did is copied.
+inline void fold_chunk(float& M, float& L, float* __restrict ACC, float m, float l, const float* __restrict acc,
+                       int head_dim) {
+  if (l == 0.0f) return;
+  if (L == 0.0f) {
+    M = m;
+    L = l;
+    std::copy(acc, acc + head_dim, ACC);
+    return;
   }
-  return pages;
+  const float M2 = std::max(M, m);
+  const float a = std::exp(M - M2), b = std::exp(m - M2);
+  L = L * a + l * b;
+  for (int d = 0; d < head_dim; ++d) ACC[d] = ACC[d] * a + acc[d] * b;
+  M = M2;
 }
 
 constexpr int kLanes = 16;  // one AVX-512 register of floats; the fast paths work in blocks of this many
@@ -133,7 +165,7 @@ void accumulate_tile(float* __restrict acc, const float* __restrict corr, const 
 
 /// Per-thread working memory of run_tile (grown once, reused: the hot loop allocates nothing).
 struct TileScratch {
-  std::vector<float> q_base, q_rot, acc, s, m, l, corr;
+  std::vector<float> q_base, q_rot, acc, s, m, l, corr, total_acc, total_m, total_l;
 };
 
 void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const KvLayout& kv,
@@ -154,12 +186,18 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
   std::vector<float>& m = scratch.m;
   std::vector<float>& l = scratch.l;
   std::vector<float>& corr = scratch.corr;
+  std::vector<float>& total_acc = scratch.total_acc;
+  std::vector<float>& total_m = scratch.total_m;
+  std::vector<float>& total_l = scratch.total_l;
   q_base.resize(size_t(nq) * head_dim);
-  acc.assign(size_t(nq) * head_dim, 0.0f);
+  acc.resize(size_t(nq) * head_dim);
   s.resize(size_t(nq) * ld);
-  m.assign(nq, -std::numeric_limits<float>::infinity());
-  l.assign(nq, 0.0f);
+  m.resize(nq);
+  l.resize(nq);
   corr.resize(nq);
+  total_acc.assign(size_t(nq) * head_dim, 0.0f);
+  total_m.assign(nq, -std::numeric_limits<float>::infinity());
+  total_l.assign(nq, 0.0f);
 
   for (int r = 0; r < n_rows; ++r)
     for (int hh = 0; hh < heads_per_kv; ++hh) {
@@ -168,16 +206,17 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
       std::copy(src, src + head_dim, q_base.begin() + size_t(r * heads_per_kv + hh) * head_dim);
     }
 
-  int page_index = 0;  // position in the group's visible page sequence
+  int chunk_index = 0;  // position in the group's visible chunk sequence
   for (const KvSegment& seg : tile.group->segments) {
     // The farthest any row of this tile can see in this segment.
     const int row0 = tile.row_begin - tile.group->q_begin;
     const int visible_max =
         seg.causal_base >= 0 ? std::min(seg.n_tokens, seg.causal_base + row0 + n_rows) : seg.n_tokens;
     const int seg_pages = (visible_max + kv.page_tokens - 1) / kv.page_tokens;
-    const int first = std::max(0, tile.page_begin - page_index);
-    const int last = std::min(seg_pages, tile.page_end - page_index);
-    page_index += seg_pages;
+    const int seg_chunks = (seg_pages + kChunkPages - 1) / kChunkPages;
+    const int first = std::max(0, tile.chunk_begin - chunk_index);
+    const int last = std::min(seg_chunks, tile.chunk_end - chunk_index);
+    chunk_index += seg_chunks;
     if (first >= last) continue;
     const float* qs = q_base.data();
     if (seg.delta != 0) {
@@ -189,41 +228,54 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
       for (int i = 0; i < nq; ++i) rotate_head(q_rot.data() + size_t(i) * head_dim, cos_table, sin_table, rope);
       qs = q_rot.data();
     }
-    for (int t0 = first * kv.page_tokens; t0 < last * kv.page_tokens; t0 += kv.page_tokens) {
-      const float* page = seg.pages[t0 / kv.page_tokens];
-      int n_keys = std::min(kv.page_tokens, visible_max - t0);
-      const float* kt = page + kv.k_tile(layer, tile.kv_head);
-      const float* v = page + kv.v_offset(layer, 0) + size_t(tile.kv_head) * head_dim;
-      scores_tile(qs, nq, kt, n_keys, ld, head_dim, scale, s.data());
-      for (int i = 0; i < nq; ++i) {
-        float* si = s.data() + size_t(i) * ld;
-        int row = row0 + i / heads_per_kv;
-        int limit = seg.causal_base >= 0 ? std::min(n_keys, seg.causal_base + row + 1 - t0) : n_keys;
-        if (limit <= 0) {
-          corr[i] = 1.0f;
-          std::fill(si, si + ld, 0.0f);
-          continue;
+    for (int chunk = first; chunk < last; ++chunk) {
+      // A fresh online softmax over the chunk's pages.
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+      std::fill(l.begin(), l.end(), 0.0f);
+      const int page_end = std::min(seg_pages, (chunk + 1) * kChunkPages);
+      for (int t0 = chunk * kChunkPages * kv.page_tokens; t0 < page_end * kv.page_tokens; t0 += kv.page_tokens) {
+        const float* page = seg.pages[t0 / kv.page_tokens];
+        int n_keys = std::min(kv.page_tokens, visible_max - t0);
+        const float* kt = page + kv.k_tile(layer, tile.kv_head);
+        const float* v = page + kv.v_offset(layer, 0) + size_t(tile.kv_head) * head_dim;
+        scores_tile(qs, nq, kt, n_keys, ld, head_dim, scale, s.data());
+        for (int i = 0; i < nq; ++i) {
+          float* si = s.data() + size_t(i) * ld;
+          int row = row0 + i / heads_per_kv;
+          int limit = seg.causal_base >= 0 ? std::min(n_keys, seg.causal_base + row + 1 - t0) : n_keys;
+          if (limit <= 0) {
+            corr[i] = 1.0f;
+            std::fill(si, si + ld, 0.0f);
+            continue;
+          }
+          float mx = m[i];
+          for (int j = 0; j < limit; ++j) mx = std::max(mx, si[j]);
+          float c = std::exp(m[i] - mx);  // exp(-inf) = 0 on the chunk's first page
+          for (int j = 0; j < limit; ++j) si[j] -= mx;
+          exp_inplace(si, limit);
+          float sum = 0.0f;
+          for (int j = 0; j < limit; ++j) sum += si[j];
+          for (int j = limit; j < ld; ++j) si[j] = 0.0f;
+          l[i] = l[i] * c + sum;
+          m[i] = mx;
+          corr[i] = c;
         }
-        float mx = m[i];
-        for (int j = 0; j < limit; ++j) mx = std::max(mx, si[j]);
-        float c = std::exp(m[i] - mx);  // exp(-inf) = 0 on the first page
-        for (int j = 0; j < limit; ++j) si[j] -= mx;
-        exp_inplace(si, limit);
-        float sum = 0.0f;
-        for (int j = 0; j < limit; ++j) sum += si[j];
-        for (int j = limit; j < ld; ++j) si[j] = 0.0f;
-        l[i] = l[i] * c + sum;
-        m[i] = mx;
-        corr[i] = c;
+        accumulate_tile(acc.data(), corr.data(), s.data(), nq, ld, v, kv_dim, n_keys, head_dim);
       }
-      accumulate_tile(acc.data(), corr.data(), s.data(), nq, ld, v, kv_dim, n_keys, head_dim);
+      if (tile.partial) {  // one chunk: its state goes to the fold in attention()
+        std::copy(m.begin(), m.begin() + nq, tile.partial);
+        std::copy(l.begin(), l.begin() + nq, tile.partial + nq);
+        std::copy(acc.begin(), acc.begin() + size_t(nq) * head_dim, tile.partial + 2 * nq);
+        return;
+      }
+      for (int i = 0; i < nq; ++i)
+        fold_chunk(total_m[i], total_l[i], total_acc.data() + size_t(i) * head_dim, m[i], l[i],
+                   acc.data() + size_t(i) * head_dim, head_dim);
     }
   }
-
-  if (tile.partial) {
-    std::copy(m.begin(), m.begin() + nq, tile.partial);
-    std::copy(l.begin(), l.begin() + nq, tile.partial + nq);
-    std::copy(acc.begin(), acc.begin() + size_t(nq) * head_dim, tile.partial + 2 * nq);
+  if (tile.partial) {  // the chunk lies beyond every row's keys: an empty state
+    std::fill(tile.partial, tile.partial + size_t(nq) * (head_dim + 2), 0.0f);
     return;
   }
   for (int r = 0; r < n_rows; ++r)
@@ -231,8 +283,8 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
       int i = r * heads_per_kv + hh;
       int h = tile.kv_head * heads_per_kv + hh;
       float* dst = out + size_t(tile.row_begin + r) * q_stride + size_t(h) * head_dim;
-      float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-      for (int d = 0; d < head_dim; ++d) dst[d] = acc[size_t(i) * head_dim + d] * inv;
+      float inv = total_l[i] > 0.0f ? 1.0f / total_l[i] : 0.0f;
+      for (int d = 0; d < head_dim; ++d) dst[d] = total_acc[size_t(i) * head_dim + d] * inv;
     }
 }
 
@@ -254,8 +306,9 @@ void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& 
     return;
   }
 
-  // Too few tiles to keep every thread busy (decode over a long context): split each tile's pages into parts
-  // computed in parallel, then merge the parts with their softmax statistics (flash-decoding).
+  // Too few tiles to keep every thread busy (decode over a long context): each tile's chunks run in
+  // parallel, one part per chunk, and are folded in chunk order below (flash-decoding). fold_chunk makes
+  // the result the one the tile would have computed alone.
   const int heads_per_kv = n_heads / kv.n_kv_heads;
   const int head_dim = kv.head_dim;
   thread_local std::vector<float> partials;
@@ -265,14 +318,13 @@ void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& 
   size_t floats = 0;
   for (size_t t = 0; t < tiles.size(); ++t) {
     const Tile& whole = tiles[t];
-    int pages = visible_pages(*whole.group, whole.row_begin, whole.row_end, kv.page_tokens);
-    int n_parts = std::clamp((4 * n_threads + int(tiles.size()) - 1) / int(tiles.size()), 1, std::max(1, pages / 4));
-    int nq = (whole.row_end - whole.row_begin) * heads_per_kv;
-    parts_of[t] = {parts.size(), parts.size() + n_parts};
-    for (int p = 0; p < n_parts; ++p) {
+    const int n_chunks = visible_chunks(*whole.group, whole.row_begin, whole.row_end, kv.page_tokens);
+    const int nq = (whole.row_end - whole.row_begin) * heads_per_kv;
+    parts_of[t] = {parts.size(), parts.size() + size_t(n_chunks)};
+    for (int c = 0; c < n_chunks; ++c) {
       Tile part = whole;
-      part.page_begin = int(int64_t(pages) * p / n_parts);
-      part.page_end = int(int64_t(pages) * (p + 1) / n_parts);
+      part.chunk_begin = c;
+      part.chunk_end = c + 1;
       parts.push_back(part);
       offsets.push_back(floats);
       floats += size_t(nq) * (head_dim + 2);
@@ -284,26 +336,22 @@ void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& 
   for (size_t i = 0; i < parts.size(); ++i) run_tile(parts[i], layer, q, n_heads, kv, rope, scale, out);
 
   const size_t q_stride = size_t(n_heads) * head_dim;
+  float total_acc[kMaxHeadDim];
   for (size_t t = 0; t < tiles.size(); ++t) {
     const Tile& whole = tiles[t];
     const int nq = (whole.row_end - whole.row_begin) * heads_per_kv;
     for (int i = 0; i < nq; ++i) {
-      float m_all = -std::numeric_limits<float>::infinity();
-      for (size_t p = parts_of[t].first; p < parts_of[t].second; ++p) m_all = std::max(m_all, parts[p].partial[i]);
-      const int r = i / heads_per_kv, h = whole.kv_head * heads_per_kv + i % heads_per_kv;
-      float* dst = out + size_t(whole.row_begin + r) * q_stride + size_t(h) * head_dim;
-      std::fill(dst, dst + head_dim, 0.0f);
-      float l_all = 0.0f;
+      float total_m = -std::numeric_limits<float>::infinity(), total_l = 0.0f;
+      std::fill(total_acc, total_acc + head_dim, 0.0f);
       for (size_t p = parts_of[t].first; p < parts_of[t].second; ++p) {
         const float* part = parts[p].partial;
-        if (part[nq + i] == 0.0f) continue;  // this part saw no key of row i
-        const float w = std::exp(part[i] - m_all);
-        l_all += part[nq + i] * w;
-        const float* acc = part + 2 * nq + size_t(i) * head_dim;
-        for (int d = 0; d < head_dim; ++d) dst[d] += acc[d] * w;
+        fold_chunk(total_m, total_l, total_acc, part[i], part[nq + i], part + 2 * nq + size_t(i) * head_dim,
+                   head_dim);
       }
-      const float inv = l_all > 0.0f ? 1.0f / l_all : 0.0f;
-      for (int d = 0; d < head_dim; ++d) dst[d] *= inv;
+      const int r = i / heads_per_kv, h = whole.kv_head * heads_per_kv + i % heads_per_kv;
+      float* dst = out + size_t(whole.row_begin + r) * q_stride + size_t(h) * head_dim;
+      const float inv = total_l > 0.0f ? 1.0f / total_l : 0.0f;
+      for (int d = 0; d < head_dim; ++d) dst[d] = total_acc[d] * inv;
     }
   }
 }

@@ -1,0 +1,96 @@
+// Batch invariance: a call's logits do not depend on what else runs with it. A decode gives bit-identical
+// logits alone, in a batch with other decodes of other lengths over other parents, and with 1 or 2 threads;
+// so `choreo eval --shard` slices and `--concurrency` never change a row's result (kernels/cpu/attention.cc,
+// "Batch invariance").
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "kernels/backend.h"
+#include "runtime/engine/engine.h"
+#include "runtime/kv/page_pool.h"
+#include "tests/test_models.h"
+#include "tests/test_paths.h"
+
+namespace choreo {
+namespace {
+
+using runtime::DecodeRequest;
+using runtime::Engine;
+
+std::vector<model::Token> words(const model::Model& m, const std::string& s) { return m.vocab().tokenize(s, false); }
+
+/// A context of about `n_tokens` tokens: numbered sentences, so that every page holds different keys.
+std::string long_text(int n_sentences, const char* topic) {
+  std::string s;
+  for (int i = 0; i < n_sentences; ++i)
+    s += "Sentence " + std::to_string(i) + " is about the " + topic + " and the number " + std::to_string(i * 7) + ". ";
+  return s;
+}
+
+/// Every step's logits of each request, decoded as one batch on a fresh engine with `threads` threads.
+std::vector<std::vector<std::vector<float>>> decode_all(testing::LoadedModel& lm, int threads,
+                                                        const std::vector<std::string>& contexts,
+                                                        const std::vector<std::string>& headers,
+                                                        const std::vector<int>& which) {
+  lm.backend->set_threads(threads);
+  const model::Model& m = *lm.model;
+  kv::PagePool pool(m.kv_layout(32), size_t(512) << 20);
+  Engine e(m, pool);
+  std::vector<DecodeRequest> batch;
+  for (int i : which) {
+    DecodeRequest r;
+    r.parents = {{e.prefill({words(m, contexts[size_t(i)]), {}, {}, "", kv::Visibility::Public}).id, {}, {}}};
+    r.header = words(m, headers[size_t(i)]);
+    r.sampling = {0.0f, 0, 1.0f, 7};
+    r.exact_tokens = 6 + 3 * i;  // different lengths: the batch shrinks as calls finish
+    r.record_logits = true;
+    batch.push_back(r);
+  }
+  std::vector<std::vector<std::vector<float>>> logits;
+  for (auto& result : e.decode_batch(batch)) logits.push_back(std::move(result.logits));
+  lm.backend->set_threads(2);
+  return logits;
+}
+
+bool bit_identical(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t s = 0; s < a.size(); ++s)
+    if (a[s].size() != b[s].size() || std::memcmp(a[s].data(), b[s].data(), a[s].size() * sizeof(float)) != 0)
+      return false;
+  return true;
+}
+
+void check_invariance(testing::LoadedModel& lm, int n_sentences) {
+  // Contexts of different lengths (the longest spans many attention chunks), so the calls of a batch see
+  // different numbers of pages and leave the batch at different steps.
+  const std::vector<std::string> contexts = {long_text(n_sentences, "sea"), long_text(n_sentences / 3, "forest"),
+                                             long_text(n_sentences / 2, "city"), long_text(4, "sky")};
+  const std::vector<std::string> headers = {" So the sea", " In the forest", " The city", " Up in the sky"};
+  const auto alone = decode_all(lm, 2, contexts, headers, {0});
+  const auto alone_1t = decode_all(lm, 1, contexts, headers, {0});
+  const auto batch = decode_all(lm, 2, contexts, headers, {3, 0, 1, 2});
+  const auto pair_1t = decode_all(lm, 1, contexts, headers, {0, 2});
+  REQUIRE(alone.size() == 1);
+  CHECK(alone[0].size() == 6);
+  CHECK(bit_identical(alone[0], alone_1t[0]));  // 1 thread vs 2
+  CHECK(bit_identical(alone[0], batch[1]));     // alone vs in a batch of 4
+  CHECK(bit_identical(alone[0], pair_1t[0]));   // in a batch of 2 with 1 thread
+  // And the others too: request 2 in the batch of 4 (2 threads) vs in the pair (1 thread).
+  CHECK(bit_identical(batch[3], pair_1t[1]));
+}
+
+TEST_CASE("batch invariance: a decode's logits are bit-identical alone, in batches, with 1 or 2 threads (stories260K)") {
+  check_invariance(testing::stories260k(), 16);  // ~330 tokens: 11 pages of 32, 2 attention chunks
+}
+
+TEST_CASE("batch invariance: a decode's logits are bit-identical alone, in batches, with 1 or 2 threads (SmolLM2)") {
+  testing::LoadedModel lm(testing::require_file(testing::default_model()));
+  check_invariance(lm, 70);  // ~1,400 tokens: 45 pages, 6 attention chunks
+}
+
+}  // namespace
+}  // namespace choreo
