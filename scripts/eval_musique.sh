@@ -8,13 +8,13 @@
 #
 #   scripts/eval_musique.sh [more `choreo eval` flags...]
 #
-# Defaults (override with environment variables): the first 2 items, prefix then choreo mode, one row at a
+# Defaults (override with environment variables): the first 2 items, naive then choreo mode, one row at a
 # time — about 3 minutes on 2 cores (each item is ~6,000 tokens).
 #   CHOREO_BIN   the choreo binary                      [build/choreo, as scripts/setup.sh builds it]
 #   DATA         the MuSiQue sample                     [$CHOREO_SHARED/data/cacheblend_musique_s.json, CHOREO_SHARED=../shared]
 #   PML_DIR      where the schemas and prompts.jsonl go [${TMPDIR:-/tmp}/choreo-musique-pml]
 #   LIMIT        items (0: all 150)                     [2]
-#   MODES        modes, space-separated                 [prefix choreo]
+#   MODES        modes, space-separated                 [naive choreo: full recompute vs cached modules]
 #   CONCURRENCY  rows in flight per mode                [1: each row's TTFT is its own]
 #   OUT          results file                           [a new file under ${TMPDIR:-/tmp}]
 #   MODEL        -m for choreo eval                     [empty: the default model]
@@ -26,7 +26,7 @@ SHARED=${CHOREO_SHARED:-../shared}
 DATA=${DATA:-$SHARED/data/cacheblend_musique_s.json}
 PML_DIR=${PML_DIR:-${TMPDIR:-/tmp}/choreo-musique-pml}
 LIMIT=${LIMIT:-2}
-MODES=${MODES:-prefix choreo}
+MODES=${MODES:-naive choreo}
 CONCURRENCY=${CONCURRENCY:-1}
 OUT=${OUT:-${TMPDIR:-/tmp}/choreo-eval-musique-$$.jsonl}
 MODEL=${MODEL:-}
