@@ -311,6 +311,7 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
       const PrefixEntry* best = nullptr;
       int best_len = 0;
       for (const PrefixEntry& e : prefix_entries_) {
+        if (e.scope != r.prefix_scope) continue;
         int l = 0, lim = std::min<int>(int(e.tokens.size()), int(flat.size()) - 1);
         while (l < lim && e.tokens[l] == flat[l]) ++l;
         if (l > best_len) best_len = l, best = &e;
@@ -412,6 +413,7 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
     if (cut != std::string::npos) res.text.resize(cut);
     if (mode_ == Mode::Prefix) {
       PrefixEntry e;
+      e.scope = r.prefix_scope;
       for (const PlacedView& v : works[i].views) {
         const kv::Message& p = store_.get(v.message);
         e.tokens.insert(e.tokens.end(), p.tokens.begin(), p.tokens.begin() + v.n_tokens);

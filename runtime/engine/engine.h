@@ -73,6 +73,11 @@ struct DecodeRequest {
   std::function<void(model::Token)> on_token;  // called with each generated token as it is drawn (streaming)
   std::string agent;
   kv::Visibility visibility = kv::Visibility::Public;
+  // Mode::Prefix only: reuse prefixes of earlier sequences of the same scope (Engine::new_prefix_scope).
+  // Workflow instances get a scope each, so an instance's result never depends on which instances ran
+  // before it on the engine (a reused prefix is laid out differently from a recomputed one, and rounds
+  // differently). 0, the default, is one scope shared by every call that leaves it.
+  uint64_t prefix_scope = 0;
 };
 
 struct TokenLogprobs {
@@ -121,6 +126,12 @@ class Engine {
   kv::MessageStore& store() { return store_; }
   const model::Model& model() const { return model_; }
   Mode mode() const { return mode_; }
+  /// The first of `n` prefix scopes no call has used yet (DecodeRequest::prefix_scope).
+  uint64_t new_prefix_scopes(uint64_t n = 1) {
+    const uint64_t first = last_prefix_scope_ + 1;
+    last_prefix_scope_ += n;
+    return first;
+  }
   void set_repositioning(Repositioning r) { repositioning_ = r; }
   /// Position of the first parent token: 1 after the implicit BOS, 0 for models without BOS.
   int first_pos() const { return bos_ == kv::kNoMessage ? 0 : 1; }
@@ -147,10 +158,12 @@ class Engine {
   std::vector<float> logits_;
   // Prefix mode: flat sequences encoded so far, as chains of (message, tokens) chunks.
   struct PrefixEntry {
+    uint64_t scope = 0;
     std::vector<model::Token> tokens;
     std::vector<std::pair<kv::MessageId, int>> chunks;
   };
   std::vector<PrefixEntry> prefix_entries_;
+  uint64_t last_prefix_scope_ = 0;
   // Key re-rotation path: temporary pages holding re-rotated copies of parents.
   std::vector<std::unique_ptr<kv::PageList>> rerotated_;
 };

@@ -29,6 +29,7 @@ class BatchScheduler::WorkerSink final : public CallSink {
     return std::move(s.prefill_results);
   }
   std::vector<runtime::DecodeResult> decode_batch(std::vector<runtime::DecodeRequest> requests) override {
+    for (runtime::DecodeRequest& r : requests) r.prefix_scope = scope_;
     Submission s;
     s.is_decode = true;
     s.decodes = std::move(requests);
@@ -36,6 +37,9 @@ class BatchScheduler::WorkerSink final : public CallSink {
     return std::move(s.decode_results);
   }
   const model::Model& model() const override { return scheduler_.engine_.model(); }
+  /// Each instance gets its own prefix scope: in prefix mode it reuses only its own earlier sequences, so its
+  /// result does not depend on which instances ran before it or beside it.
+  void start_instance(uint64_t scope) { scope_ = scope; }
 
  private:
   void wait(Submission& s) {
@@ -49,6 +53,7 @@ class BatchScheduler::WorkerSink final : public CallSink {
   }
 
   BatchScheduler& scheduler_;
+  uint64_t scope_ = 0;
 };
 
 namespace {
@@ -111,6 +116,7 @@ std::vector<std::exception_ptr> BatchScheduler::run(size_t n_jobs, int concurren
   if (n_jobs == 0) return errors;
   const int n_workers = int(std::min<size_t>(size_t(std::max(concurrency, 1)), n_jobs));
   std::atomic<size_t> next{0};
+  const uint64_t first_scope = engine_.new_prefix_scopes(n_jobs);
   {
     std::lock_guard lock(mutex_);
     running_ = n_workers;
@@ -121,6 +127,7 @@ std::vector<std::exception_ptr> BatchScheduler::run(size_t n_jobs, int concurren
       WorkerSink sink(*this);
       for (size_t i = next++; i < n_jobs; i = next++) {
         try {
+          sink.start_instance(first_scope + i);
           job(i, sink);
         } catch (...) {
           errors[i] = std::current_exception();

@@ -92,5 +92,34 @@ TEST_CASE("batch invariance: a decode's logits are bit-identical alone, in batch
   check_invariance(lm, 70);  // ~1,400 tokens: 45 pages, 6 attention chunks
 }
 
+TEST_CASE("prefix scopes: the prefix baseline reuses only its own scope, so a call's result ignores other scopes") {
+  testing::LoadedModel& lm = testing::stories260k();
+  const model::Model& m = *lm.model;
+  const std::string shared = long_text(10, "sea");
+  auto call = [&](Engine& e, const std::string& tail, uint64_t scope) {
+    DecodeRequest r;
+    r.parents = {{e.prefill({words(m, shared + tail), {}, {}, "", kv::Visibility::Public}).id, {}, {}}};
+    r.header = words(m, " And then");
+    r.sampling = {0.0f, 0, 1.0f, 7};
+    r.exact_tokens = 5;
+    r.record_logits = true;
+    r.prefix_scope = scope;
+    return e.decode(r);
+  };
+  kv::PagePool pool(m.kv_layout(32), size_t(256) << 20);
+  Engine e(m, pool, runtime::Mode::Prefix);
+  const uint64_t a = e.new_prefix_scopes(2), b = a + 1;
+  CHECK(a > 0);
+  call(e, " The end.", a);
+  const auto same_scope = call(e, " The start.", a);
+  const auto other_scope = call(e, " The start.", b);
+  CHECK(same_scope.stats.n_reused > 100);  // the shared text comes from the first call
+  CHECK(other_scope.stats.n_reused == 0);  // nothing of scope a is visible to scope b
+  // Scope b's call equals the same call on a fresh engine, bit for bit.
+  kv::PagePool fresh_pool(m.kv_layout(32), size_t(256) << 20);
+  Engine fresh(m, fresh_pool, runtime::Mode::Prefix);
+  CHECK(bit_identical(other_scope.logits, call(fresh, " The start.", 0).logits));
+}
+
 }  // namespace
 }  // namespace choreo

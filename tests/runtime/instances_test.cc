@@ -57,32 +57,44 @@ std::vector<exec::RunArguments> topics() {
 TEST_CASE("instances batched together produce what each produces alone, in fewer engine batches") {
   const dsl::Workflow workflow = dsl::parse_workflow(kDebate, "debate.yaml");
   const std::vector<exec::RunArguments> rows = topics();
+  exec::RunHooks hooks;
+  hooks.record_logits = [](const std::string&) { return true; };
 
-  std::vector<exec::RunResult> alone;
-  for (const exec::RunArguments& row : rows) {
-    kv::PagePool pool(stories().kv_layout(16), size_t(64) << 20);
-    runtime::Engine engine(stories(), pool);
-    alone.push_back(exec::run_workflow(workflow, engine, row));
-  }
-
-  for (int concurrency : {1, 2, 4}) {
-    CAPTURE(concurrency);
-    kv::PagePool pool(stories().kv_layout(16), size_t(64) << 20);
-    runtime::Engine engine(stories(), pool);
-    exec::InstancesOptions options;
-    options.concurrency = concurrency;
-    const std::vector<exec::InstanceOutcome> together = exec::run_instances(workflow, engine, rows, options);
-    REQUIRE(together.size() == rows.size());
-    for (size_t i = 0; i < rows.size(); ++i) {
-      REQUIRE(!together[i].error);
-      CHECK(together[i].result.output == alone[i].output);
-      for (const char* name : {"answer[0]", "answer[1]", "reply[0]", "reply[1]"})
-        CHECK(message(together[i].result, name).tokens == message(alone[i], name).tokens);
+  // In every mode, an instance's logits are bit-identical whatever ran before or beside it: batches are
+  // batch invariant, choreo shares only identical encodings, and the prefix baseline reuses only the
+  // instance's own sequences (its prefix scope).
+  for (runtime::Mode mode : {runtime::Mode::Choreo, runtime::Mode::Prefix}) {
+    CAPTURE(runtime::mode_name(mode));
+    std::vector<exec::RunResult> alone;
+    for (const exec::RunArguments& row : rows) {
+      kv::PagePool pool(stories().kv_layout(16), size_t(64) << 20);
+      runtime::Engine engine(stories(), pool, mode);
+      alone.push_back(exec::run_workflow(workflow, engine, row, hooks));
     }
-    // The shared opening is encoded once for all instances: every later instance reuses it.
-    int computed_openings = 0;
-    for (const exec::InstanceOutcome& o : together) computed_openings += message(o.result, "opening").n_computed > 0;
-    CHECK(computed_openings == 1);
+
+    for (int concurrency : {1, 2, 4}) {
+      CAPTURE(concurrency);
+      kv::PagePool pool(stories().kv_layout(16), size_t(64) << 20);
+      runtime::Engine engine(stories(), pool, mode);
+      exec::InstancesOptions options;
+      options.concurrency = concurrency;
+      options.hooks = [&](size_t) { return hooks; };
+      const std::vector<exec::InstanceOutcome> together = exec::run_instances(workflow, engine, rows, options);
+      REQUIRE(together.size() == rows.size());
+      for (size_t i = 0; i < rows.size(); ++i) {
+        REQUIRE(!together[i].error);
+        CHECK(together[i].result.output == alone[i].output);
+        for (const char* name : {"answer[0]", "answer[1]", "reply[0]", "reply[1]"}) {
+          CHECK(message(together[i].result, name).tokens == message(alone[i], name).tokens);
+          CHECK(message(together[i].result, name).logits == message(alone[i], name).logits);
+        }
+      }
+      if (mode != runtime::Mode::Choreo) continue;
+      // The shared opening is encoded once for all instances: every later instance reuses it.
+      int computed_openings = 0;
+      for (const exec::InstanceOutcome& o : together) computed_openings += message(o.result, "opening").n_computed > 0;
+      CHECK(computed_openings == 1);
+    }
   }
 
   // With 4 instances in flight, the scheduler merges their calls: 1 static prefill + 2 decodes per instance
