@@ -12,6 +12,7 @@
 #include "kernels/backend.h"
 #include "runtime/engine/engine.h"
 #include "runtime/kv/page_pool.h"
+#include "runtime/model/session.h"
 #include "tests/test_models.h"
 #include "tests/test_paths.h"
 
@@ -90,6 +91,26 @@ TEST_CASE("batch invariance: a decode's logits are bit-identical alone, in batch
 TEST_CASE("batch invariance: a decode's logits are bit-identical alone, in batches, with 1 or 2 threads (SmolLM2)") {
   testing::LoadedModel lm(testing::require_file(testing::default_model()));
   check_invariance(lm, 70);  // ~1,400 tokens: 45 pages, 6 attention chunks
+}
+
+TEST_CASE("batch invariance: a prompt evaluated in one pass, in 7-token steps or token by token gives the same bits") {
+  // llama.cpp has this property too (tests/reference/llama_self_consistency.py: 1-token, 7-token and
+  // 512-token batches give identical logits on SmolLM2 Q4_1).
+  testing::LoadedModel lm(testing::require_file(testing::default_model()));
+  const model::Model& m = *lm.model;
+  const std::vector<model::Token> prompt = m.vocab().tokenize(long_text(30, "hills"), true);
+  REQUIRE(prompt.size() > 8 * 32);  // more than one attention chunk
+  auto run = [&](size_t step) {
+    kv::PagePool pool(m.kv_layout(32), size_t(256) << 20);
+    model::Session session(m, pool);
+    std::vector<float> logits;
+    for (size_t i = 0; i < prompt.size(); i += step)
+      session.eval(std::span<const model::Token>(prompt.data() + i, std::min(step, prompt.size() - i)), &logits);
+    return logits;
+  };
+  const std::vector<float> one_pass = run(prompt.size());
+  CHECK(run(7) == one_pass);
+  CHECK(run(1) == one_pass);
 }
 
 TEST_CASE("prefix scopes: the prefix baseline reuses only its own scope, so a call's result ignores other scopes") {
