@@ -25,7 +25,8 @@ struct ResultRow {
   int64_t tokens_generated = 0, tokens_computed = 0, tokens_reused = 0;
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // anything else a run wants to keep
 
-  /// The fields that must agree when the same (id, mode) appears twice (not timings or extra).
+  /// The fields that must agree when the same (id, mode) appears twice (not timings, token counts or extra,
+  /// except the decodes' fingerprint `extra.decodes_xxh3` when both rows have one).
   bool same_outcome(const ResultRow& other) const;
 };
 

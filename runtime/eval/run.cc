@@ -1,5 +1,7 @@
 #include "runtime/eval/run.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <mutex>
 
@@ -120,6 +122,21 @@ std::vector<PreparedRow> prepare_rows(const dsl::Workflow& workflow, const Datas
   return out;
 }
 
+std::string decodes_fingerprint(const exec::RunResult& result) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  for (const exec::MessageRecord& m : result.messages) {
+    if (m.kind != "decode") continue;
+    XXH3_64bits_update(state, m.name.data(), m.name.size() + 1);  // with its terminating NUL
+    const uint64_t n = m.tokens.size();
+    XXH3_64bits_update(state, &n, sizeof n);
+    XXH3_64bits_update(state, m.tokens.data(), m.tokens.size() * sizeof(m.tokens[0]));
+  }
+  const uint64_t digest = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return fmt::format("{:016x}", digest);
+}
+
 ResultRow make_result(const PreparedRow& prepared, runtime::Mode mode, const exec::RunResult& result) {
   const Row& row = *prepared.row;
   ResultRow out;
@@ -141,6 +158,7 @@ ResultRow make_result(const PreparedRow& prepared, runtime::Mode mode, const exe
   out.tokens_computed = timing.n_computed;
   out.tokens_reused = timing.n_reused;
   out.extra["line"] = row.line;
+  out.extra["decodes_xxh3"] = decodes_fingerprint(result);
   return out;
 }
 

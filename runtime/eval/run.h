@@ -48,6 +48,11 @@ struct PreparedRow {
 std::vector<PreparedRow> prepare_rows(const dsl::Workflow& workflow, const Dataset& data,
                                       const std::vector<Row>& rows, const EvalSettings& settings);
 
+/// A fingerprint of every decode of a run: XXH3-64 (16 hex digits) over each decode's name and tokens (header
+/// and generated), in the order the run recorded them. Equal fingerprints mean the same generations, so
+/// results files from different shards, concurrencies or machines can be compared row by row.
+std::string decodes_fingerprint(const exec::RunResult& result);
+
 /// The result line of one finished (row, mode): the workflow's output as prediction, its score, and the
 /// run's TTFT (sum over decode steps), end-to-end time and token counts (exec::timing_of).
 ResultRow make_result(const PreparedRow& prepared, runtime::Mode mode, const exec::RunResult& result);

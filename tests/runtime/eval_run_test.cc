@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "dsl/workflow_parser.h"
 #include "kernels/backend.h"
@@ -234,7 +235,15 @@ TEST_CASE("eval run: shards 0/2 and 1/2 merged give the unsharded run's per-row 
     CHECK(it->second.prediction == row.prediction);
     CHECK(it->second.score == row.score);
     CHECK(it->second.same_outcome(row));
+    // The same generations, every decode of the row (not only the output).
+    REQUIRE(row.extra.contains("decodes_xxh3"));
+    CHECK(row.extra["decodes_xxh3"].get<std::string>().size() == 16);
+    CHECK(it->second.extra["decodes_xxh3"] == row.extra["decodes_xxh3"]);
   }
+  // Different rows generate different text, so within a mode their fingerprints differ.
+  std::set<std::pair<std::string, std::string>> fingerprints;  // (mode, fingerprint)
+  for (const auto& [key, row] : expected) fingerprints.insert({row.mode, row.extra["decodes_xxh3"].get<std::string>()});
+  CHECK(fingerprints.size() == expected.size());
 }
 
 TEST_CASE("eval run: --resume runs only the missing (row, mode) pairs, after a cut-off last line too") {
