@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 
 #include <fmt/format.h>
@@ -82,6 +83,15 @@ void run_bench(const BenchOptions& o) {
     results.push_back(summarize(fmt::format("tg{}", o.n_gen), o.n_gen, secs));
   }
 
+  // cli/main.cc picks the passive OpenMP wait policy when the machine is busy; decode is then several times
+  // slower than with spinning threads, so say so next to the numbers.
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const std::string wait_policy = policy ? policy : "default";
+  if (wait_policy != "active" && wait_policy != "ACTIVE")
+    std::fprintf(stderr,
+                 "note: OpenMP threads sleep while waiting (OMP_WAIT_POLICY=%s: choreo chooses this when the "
+                 "machine is busy); tg numbers are lower than with OMP_WAIT_POLICY=active on an idle machine\n",
+                 wait_policy.c_str());
   const auto& f = m.file();
   int64_t n_params = 0;
   for (const auto& t : f.tensors()) n_params += t.n_elements();
@@ -89,7 +99,8 @@ void run_bench(const BenchOptions& o) {
     nlohmann::json out = nlohmann::json::array();
     for (const Result& r : results)
       out.push_back({{"model", f.path()}, {"size_bytes", f.file_size()}, {"n_params", n_params},
-                     {"backend", lm.backend->name()}, {"threads", lm.backend->threads()}, {"test", r.test},
+                     {"backend", lm.backend->name()}, {"threads", lm.backend->threads()},
+                     {"omp_wait_policy", wait_policy}, {"test", r.test},
                      {"avg_ts", r.mean_tps}, {"stddev_ts", r.stddev_tps}, {"samples_ts", r.samples}});
     std::printf("%s\n", out.dump(2).c_str());
     return;
