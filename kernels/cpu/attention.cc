@@ -40,18 +40,24 @@ struct Tile {
   float* partial = nullptr;
 };
 
-/// Pages of `seg` that rows [row_begin, row_end) of `g` can see (the farthest row decides).
-int segment_pages(const AttentionGroup& g, const KvSegment& seg, int row_begin, int row_end, int page_tokens) {
+/// Tokens of `seg` that rows [row_begin, row_end) of `g` can see (the farthest row decides).
+int segment_visible_tokens(const AttentionGroup& g, const KvSegment& seg, int row_begin, int row_end) {
   const int row0 = row_begin - g.q_begin, n_rows = row_end - row_begin;
-  const int visible = seg.causal_base >= 0 ? std::min(seg.n_tokens, seg.causal_base + row0 + n_rows) : seg.n_tokens;
-  return (visible + page_tokens - 1) / page_tokens;
+  return seg.causal_base >= 0 ? std::min(seg.n_tokens, seg.causal_base + row0 + n_rows) : seg.n_tokens;
 }
 
-/// Visible chunks of a group for rows [row_begin, row_end).
+/// Chunks of kChunkPages pages that `visible_tokens` tokens of a segment span.
+int segment_chunks(int visible_tokens, int page_tokens) {
+  const int pages = (visible_tokens + page_tokens - 1) / page_tokens;
+  return (pages + kChunkPages - 1) / kChunkPages;
+}
+
+/// Visible chunks of a group for rows [row_begin, row_end): the tiles of the flash-decoding split, which
+/// run_tile counts the same way.
 int visible_chunks(const AttentionGroup& g, int row_begin, int row_end, int page_tokens) {
   int chunks = 0;
   for (const KvSegment& seg : g.segments)
-    chunks += (segment_pages(g, seg, row_begin, row_end, page_tokens) + kChunkPages - 1) / kChunkPages;
+    chunks += segment_chunks(segment_visible_tokens(g, seg, row_begin, row_end), page_tokens);
   return chunks;
 }
 
@@ -210,10 +216,9 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
   for (const KvSegment& seg : tile.group->segments) {
     // The farthest any row of this tile can see in this segment.
     const int row0 = tile.row_begin - tile.group->q_begin;
-    const int visible_max =
-        seg.causal_base >= 0 ? std::min(seg.n_tokens, seg.causal_base + row0 + n_rows) : seg.n_tokens;
+    const int visible_max = segment_visible_tokens(*tile.group, seg, tile.row_begin, tile.row_end);
     const int seg_pages = (visible_max + kv.page_tokens - 1) / kv.page_tokens;
-    const int seg_chunks = (seg_pages + kChunkPages - 1) / kChunkPages;
+    const int seg_chunks = segment_chunks(visible_max, kv.page_tokens);
     const int first = std::max(0, tile.chunk_begin - chunk_index);
     const int last = std::min(seg_chunks, tile.chunk_end - chunk_index);
     chunk_index += seg_chunks;
