@@ -91,24 +91,20 @@ TEST_CASE("stories260K matches llama.cpp: tokens, 32 greedy tokens, final logits
   compare_with_llama_cpp(testing::shared_file("models/stories260K.gguf"), prompts, 1e-5, 0.0);
 }
 
-TEST_CASE("SmolLM2-135M-Instruct Q4_1 matches llama.cpp: tokens, 32 greedy tokens, final logits") {
-  std::vector<std::string> prompts = {
-      "The capital of France is",
-      "def fibonacci(n):\n    ",
-      "<|im_start|>user\nWhat is 12 times 7?<|im_end|>\n<|im_start|>assistant\n",
-      "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nName three colors.<|im_end|>\n<|im_start|>assistant\n",
-      "Once upon a time, in a land far away,",
-      "1, 2, 3, 4, 5,",
-      "The quick brown fox jumps over the lazy dog. The quick brown",
-      "Photosynthesis is the process by which",
-      "Q: Who wrote Hamlet?\nA:",
-      "Translate to French: Good morning! ->",
-      "  indented   text with\ttabs and émojis 🚀 and numbers 3.14159",
-  };
+TEST_CASE("SmolLM2-135M-Instruct Q4_1 matches llama.cpp: tokens, final logits, greedy tokens within near-ties") {
   // Each engine's own distance from float-exact activations is ~2% of the logit range on this model (llama.cpp
   // 0.65, choreo 0.79 of a 37-logit range, measured once with a float64-activation matmul); the bound allows the
-  // sum of both with margin.
-  compare_with_llama_cpp(testing::require_file(testing::default_model()), prompts, 0.08, 0.75);
+  // sum of both with margin. Free-running continuations are compared on the F32 weights below: on this file they
+  // depend on the exact order of every float operation (llama.cpp's default fp16 KV cache alone changes 7 of its
+  // own 11 continuations; tests/reference/llama_self_consistency.py).
+  compare_with_llama_cpp(testing::require_file(testing::default_model()), testing::smollm2_prompts(), 0.08, 0.75);
+}
+
+TEST_CASE("SmolLM2-135M-Instruct with F32 weights matches llama.cpp: tokens, 32 greedy tokens, final logits") {
+  // The same model with the Q4_1 file's weights converted to F32 by llama.cpp's quantize tool: the values both
+  // engines dequantise to, without 8-bit activation quantisation. Every continuation must be identical.
+  testing::DequantizedModel f32(testing::require_file(testing::default_model()));
+  compare_with_llama_cpp(f32.path(), testing::smollm2_prompts(), 1e-5, 0.0);
 }
 
 TEST_CASE("stories260K greedy continuation is the one given in shared/README.md") {

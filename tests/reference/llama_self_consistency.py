@@ -9,25 +9,16 @@ Runs the differential test's SmolLM2 prompts through llama.cpp in its reference 
 llama.cpp's default fp16 KV cache. For each variant it prints how many of the 32-token greedy continuations are
 identical to the reference's, and the worst max|dlogit| / logit range of the final prompt position.
 """
+import json
 import sys
+from pathlib import Path
 
 import numpy as np
 from llama_cpp import Llama
 
-PROMPTS = [
-    "The capital of France is",
-    "def fibonacci(n):\n    ",
-    "<|im_start|>user\nWhat is 12 times 7?<|im_end|>\n<|im_start|>assistant\n",
-    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nName three colors.<|im_end|>\n"
-    "<|im_start|>assistant\n",
-    "Once upon a time, in a land far away,",
-    "1, 2, 3, 4, 5,",
-    "The quick brown fox jumps over the lazy dog. The quick brown",
-    "Photosynthesis is the process by which",
-    "Q: Who wrote Hamlet?\nA:",
-    "Translate to French: Good morning! ->",
-    "  indented   text with\ttabs and émojis 🚀 and numbers 3.14159",
-]
+# The differential test's prompts (also read by tests/model/llama_reference_test.cc).
+with open(Path(__file__).with_name("smollm2_prompts.json"), encoding="utf-8") as _f:
+    PROMPTS = json.load(_f)
 
 
 def run(model, n_batch, threads, kv_type):

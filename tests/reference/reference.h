@@ -53,12 +53,54 @@ inline std::vector<uint8_t> base64_decode(const std::string& s) {
   return out;
 }
 
+/// A file of the source tree (tests/reference/...), found through $CHOREO_SOURCE_DIR.
+inline std::filesystem::path source_file(const std::string& rel) {
+  const char* src = std::getenv("CHOREO_SOURCE_DIR");
+  std::filesystem::path p = std::filesystem::path(src ? src : ".") / rel;
+  REQUIRE_MESSAGE(std::filesystem::exists(p), "missing ", p.string(), " (set CHOREO_SOURCE_DIR)");
+  return p;
+}
+
+/// The differential test's SmolLM2 prompts (tests/reference/smollm2_prompts.json, also read by
+/// tests/reference/llama_self_consistency.py).
+inline std::vector<std::string> smollm2_prompts() {
+  return nlohmann::json::parse(std::ifstream(source_file("tests/reference/smollm2_prompts.json")))
+      .get<std::vector<std::string>>();
+}
+
+/// A model converted to F32 by llama.cpp's quantize tool (tests/reference/llama_dequantize.py), in a temporary
+/// directory removed with this object.
+class DequantizedModel {
+ public:
+  explicit DequantizedModel(const std::string& model) {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("choreo-f32-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
+    std::filesystem::create_directories(dir_);
+    path_ = dir_ / "model-f32.gguf";
+    std::string cmd = python_exe() + " " + source_file("tests/reference/llama_dequantize.py").string() + " " +
+                      model + " " + path_.string() + " > " + (dir_ / "log.txt").string() + " 2>&1";
+    int rc = std::system(cmd.c_str());
+    std::ifstream log_in(dir_ / "log.txt");
+    std::string log((std::istreambuf_iterator<char>(log_in)), {});
+    REQUIRE_MESSAGE(rc == 0, "llama.cpp's F32 conversion failed (", cmd, "): ", log,
+                    "\nhint: run scripts/setup.sh (installs llama-cpp-python) and set CHOREO_PYTHON to its python");
+  }
+  ~DequantizedModel() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  DequantizedModel(const DequantizedModel&) = delete;
+  DequantizedModel& operator=(const DequantizedModel&) = delete;
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path dir_, path_;
+};
+
 /// Asks llama.cpp for every prompt's tokens, greedy continuation (n_predict tokens) and final logits.
 inline std::vector<ReferenceRun> llama_cpp_reference(const std::string& model, const std::vector<std::string>& prompts,
                                                      int n_predict) {
-  const char* src = std::getenv("CHOREO_SOURCE_DIR");
-  std::filesystem::path script = std::filesystem::path(src ? src : ".") / "tests/reference/llama_ref.py";
-  REQUIRE_MESSAGE(std::filesystem::exists(script), "missing ", script.string(), " (set CHOREO_SOURCE_DIR)");
+  std::filesystem::path script = source_file("tests/reference/llama_ref.py");
   std::filesystem::path dir = std::filesystem::temp_directory_path() /
                               ("choreo-ref-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
   std::filesystem::create_directories(dir);
