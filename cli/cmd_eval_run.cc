@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -20,13 +21,14 @@
 #include "runtime/eval/progress.h"
 #include "runtime/eval/run.h"
 #include "runtime/eval/summary.h"
+#include "runtime/store/disk_store.h"
 
 namespace choreo::cli {
 
 namespace {
 
 struct EvalRunOptions {
-  std::string workflow_path, data_path, format, metric, model_path, out_path, shard = "0/1";
+  std::string workflow_path, data_path, format, metric, model_path, out_path, shard = "0/1", cache_dir;
   std::vector<std::string> maps, modes, params;
   long limit = -1;
   int concurrency = 4;
@@ -85,6 +87,12 @@ void run_eval_command(const EvalRunOptions& o) {
   settings.page_tokens = o.page_tokens;
   settings.cache_bytes = size_t(o.cache_mib) << 20;
   const eval::Shard shard = eval::parse_shard(o.shard);
+  // Only an explicit --cache-dir is read, so that timings never depend on what was encoded before.
+  std::optional<store::DiskStore> disk;
+  if (!o.cache_dir.empty()) {
+    disk.emplace(o.cache_dir, /*create=*/false);
+    settings.store = &*disk;
+  }
   const dsl::Workflow workflow = dsl::load_workflow(o.workflow_path);
   const eval::Dataset data = eval::load_dataset(
       o.data_path, o.format.empty() ? std::nullopt : std::optional(eval::parse_format(o.format)));
@@ -110,6 +118,7 @@ void run_eval_command(const EvalRunOptions& o) {
                workflow.name.value.c_str(), rows.size(), o.data_path.c_str(),
                std::string(eval::format_name(data.format)).c_str(), mode_list.c_str(), out_path.c_str(),
                n_pending, rows.size() * settings.modes.size() - n_pending);
+  if (disk) std::fprintf(stderr, "eval: choreo mode reads encodings from the store %s\n", disk->dir().c_str());
 
   eval::EvalReport report;
   if (n_pending > 0) {
@@ -171,6 +180,9 @@ void add_eval_run(CLI::App& eval_group) {
                "keep the rows already in --out and run only the missing (row, mode) pairs");
   add_pairs_option(cmd, "--param", o->params, "override a workflow param for every row, KEY=VALUE (repeatable)");
   cmd.add_flag("--no-leak", o->no_leak, "re-encode parents carrying other agents' private messages");
+  cmd.add_option("--cache-dir", o->cache_dir,
+                 "persistent store (e.g. PML modules saved by choreo encode) that choreo mode reads encodings "
+                 "from; the baselines never read it (default: none)");
   cmd.add_option("--cache-mib", o->cache_mib, "KV page pool budget per mode in MiB (default 4096)")
       ->check(CLI::PositiveNumber);
   cmd.add_option("--page-tokens", o->page_tokens, "tokens per KV page (default 32)")

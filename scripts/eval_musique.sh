@@ -18,6 +18,8 @@
 #   CONCURRENCY  rows in flight per mode                [1: each row's TTFT is its own]
 #   OUT          results file                           [a new file under ${TMPDIR:-/tmp}]
 #   MODEL        -m for choreo eval                     [empty: the default model]
+#   STORE        encode the selected items' schemas ahead of time into this store (choreo encode) and let
+#                choreo mode load them from it (choreo eval --cache-dir)       [empty: no store]
 # With OUT naming an existing file, the run resumes it (only the missing rows run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +32,7 @@ MODES=${MODES:-naive choreo}
 CONCURRENCY=${CONCURRENCY:-1}
 OUT=${OUT:-${TMPDIR:-/tmp}/choreo-eval-musique-$$.jsonl}
 MODEL=${MODEL:-}
+STORE=${STORE:-}
 
 if [[ ! -x "$CHOREO_BIN" ]]; then
   echo "eval_musique.sh: no choreo binary at $CHOREO_BIN (run scripts/setup.sh or set CHOREO_BIN)" >&2
@@ -43,6 +46,20 @@ args=(workflows/musique.yaml --data "$PML_DIR/prompts.jsonl" --metric qa_f1 --co
 for m in $MODES; do args+=(--mode "$m"); done
 [[ -n "$MODEL" ]] && args+=(-m "$MODEL")
 [[ -s "$OUT" ]] && args+=(--resume)
+if [[ -n "$STORE" ]]; then
+  mkdir -p "$STORE"
+  # The schemas of the selected items, in data order; encode loads what the store holds and writes the rest.
+  mapfile -t schemas < <(python3 -c 'import json, sys
+limit = int(sys.argv[2])
+for i, line in enumerate(open(sys.argv[1], encoding="utf-8")):
+    if limit and i >= limit: break
+    print(json.loads(line)["schema"])' "$PML_DIR/prompts.jsonl" "$LIMIT")
+  echo "encoding ${#schemas[@]} schemas into $STORE" >&2
+  for schema in "${schemas[@]}"; do
+    "$CHOREO_BIN" encode "$schema" --cache-dir "$STORE" ${MODEL:+-m "$MODEL"} > /dev/null
+  done
+  args+=(--cache-dir "$STORE")
+fi
 
 echo "results: $OUT" >&2
 start=$(date +%s)

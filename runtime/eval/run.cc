@@ -195,6 +195,7 @@ EvalReport run_eval(const dsl::Workflow& workflow, const model::Model& model,
       const size_t n = std::min(group, pending.size() - first);
       kv::PagePool pool(model.kv_layout(settings.page_tokens), settings.cache_bytes);
       runtime::Engine engine(model, pool, mode);
+      if (settings.store && mode == runtime::Mode::Choreo) engine.set_disk_store(settings.store);
       std::optional<exec::LeakGuard> guard;
       if (settings.no_leak) guard.emplace(engine);
       exec::BatchScheduler scheduler(engine, guard ? &*guard : nullptr);

@@ -33,6 +33,10 @@ struct EvalSettings {
   bool no_leak = false;                     // re-encode parents carrying other agents' private messages
   int page_tokens = 32;                     // KV page size
   size_t cache_bytes = size_t(4096) << 20;  // page pool budget per mode
+  // Persistent store (not owned; null = none) that choreo-mode engines read encodings from, e.g. PML modules
+  // saved by `choreo encode`. Nothing is written to it. The baselines never read it: they stand for serving
+  // without encodings kept across runs.
+  store::DiskStore* store = nullptr;
 };
 
 /// A selected row made ready to run: the workflow's arguments and the metric that scores it.

@@ -20,6 +20,7 @@
 #include "runtime/eval/progress.h"
 #include "runtime/eval/run.h"
 #include "runtime/kv/page_pool.h"
+#include "runtime/store/disk_store.h"
 #include "tests/test_models.h"
 #include "tests/test_paths.h"
 
@@ -177,6 +178,49 @@ TEST_CASE(
   }
   CHECK(computed_choreo < computed_prefix);
   CHECK(reused_choreo > reused_prefix);
+}
+
+TEST_CASE("eval run: choreo mode reads encodings from a store: same generations, the stored tokens not computed") {
+  TempDir dir;
+  const dsl::Workflow workflow = dsl::parse_workflow(kTiny, "tiny.yaml");
+  const eval::Dataset data = eval::load_dataset(math_data(dir));
+  // Row r0 run once on an engine that saves every prefill: the shared opening and r0's question are stored.
+  const std::filesystem::path store_dir = dir.path / "store";
+  int stored_tokens = 0;
+  {
+    store::DiskStore writer_store(store_dir.string(), /*create=*/true);
+    kv::PagePool pool(stories().kv_layout(16), size_t(64) << 20);
+    runtime::Engine engine(stories(), pool, runtime::Mode::Choreo);
+    engine.set_disk_store(&writer_store, /*persist_prefills=*/true);
+    const exec::RunResult saved = exec::run_workflow(workflow, engine, {{{"problem", kProblems[0]}}, {}});
+    for (const exec::MessageRecord& m : saved.messages)
+      if (m.name == "opening" || m.name == "ask") stored_tokens += m.n_computed;
+  }
+  REQUIRE(stored_tokens > 0);
+
+  const Run plain = evaluate(workflow, data, dir.file("plain.jsonl"), -1, {}, two_modes());
+  store::DiskStore reader(store_dir.string(), /*create=*/false);
+  eval::EvalSettings with_store = two_modes();
+  with_store.store = &reader;
+  const Run stored = evaluate(workflow, data, dir.file("stored.jsonl"), -1, {}, with_store);
+  const auto a = by_key(plain.rows), b = by_key(stored.rows);
+  REQUIRE(a.size() == 10);
+  REQUIRE(b.size() == 10);
+  int64_t computed[2][2] = {};  // [mode: prefix, choreo][plain, stored]
+  for (const auto& [key, r] : a) {
+    CAPTURE(key.first);
+    CAPTURE(key.second);
+    const eval::ResultRow& s = b.at(key);
+    CHECK(s.prediction == r.prediction);
+    CHECK(s.extra["decodes_xxh3"] == r.extra["decodes_xxh3"]);
+    const int m = key.second == "choreo";
+    computed[m][0] += r.tokens_computed;
+    computed[m][1] += s.tokens_computed;
+  }
+  // The five rows run as one group on one engine (concurrency 3 → groups of 6): the opening is loaded once
+  // instead of computed once, and r0's question is loaded. The baseline never reads the store.
+  CHECK(computed[1][0] - computed[1][1] == stored_tokens);
+  CHECK(computed[0][0] == computed[0][1]);
 }
 
 TEST_CASE(
