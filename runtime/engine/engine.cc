@@ -211,14 +211,19 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
     for (const PlacedView& v : pl.parents) placed.push_back({v.message, v.offset});
     for (const PlacedView& v : pl.parents) results[i].stats.n_reused += v.n_tokens;
     uint64_t key = store_.content_key(r.tokens, pl.new_start, placed);
+    // An encoding that already exists (or is computed once for an earlier twin in this batch, or loaded
+    // from disk below) is reused whole: its tokens count as reused, so n_computed + n_reused is always the
+    // request's own tokens plus its parents' visible tokens, however the encoding was obtained.
     if (kv::Message* existing = store_.find(key)) {
       results[i].id = existing->id;
       results[i].deduplicated = true;
+      results[i].stats.n_reused += int(r.tokens.size());
       continue;
     }
     if (auto it = first_with_key.find(key); it != first_with_key.end()) {
       work_of[i] = it->second;  // identical to an earlier request of this batch
       results[i].deduplicated = true;
+      results[i].stats.n_reused += int(r.tokens.size());
       continue;
     }
     if (std::optional<kv::MessageId> loaded = disk_ ? load_from_disk(key, 0) : std::nullopt) {

@@ -338,6 +338,17 @@ TEST_CASE("deduplication: an identical prefill returns the existing encoding and
   std::vector<PrefillRequest> twins(2, PrefillRequest{text(m, "A red kite."), {}, {}, "", kv::Visibility::Public});
   auto rs = e.prefill_batch(twins);
   CHECK(rs[0].id == rs[1].id);
+  // Token accounting: computed + reused = own tokens + parents' tokens, whoever computed the encoding.
+  const int n = int(toks.size()), n_kite = int(twins[0].tokens.size());
+  CHECK(first.stats.n_computed == n);
+  CHECK(first.stats.n_reused == 0);
+  CHECK(again.stats.n_computed == 0);
+  CHECK(again.stats.n_reused == n);
+  CHECK(over.stats.n_computed == n);
+  CHECK(over.stats.n_reused == n);  // the parent `first`
+  CHECK(e.prefill({toks, {{first.id, {}, {}}}, {}, "", kv::Visibility::Public}).stats.n_reused == 2 * n);
+  CHECK(rs[0].stats.n_computed + rs[1].stats.n_computed == n_kite);
+  CHECK(rs[0].stats.n_reused + rs[1].stats.n_reused == n_kite);
   // Accounting: every page in use belongs to exactly one message (BOS included).
   size_t expected = 0;
   const int pt = pool.layout().page_tokens;

@@ -223,6 +223,31 @@ TEST_CASE("eval run: choreo mode reads encodings from a store: same generations,
   CHECK(computed[0][0] == computed[0][1]);
 }
 
+TEST_CASE("eval run: a row's computed + reused tokens do not depend on which row encoded a shared message") {
+  // At concurrency 3 the rows share one engine, and one of them computes the static opening that the others
+  // reuse; at concurrency 1 each group of 2 rows does the same. Per row, the sum must not change.
+  TempDir dir;
+  const dsl::Workflow workflow = dsl::parse_workflow(kTiny, "tiny.yaml");
+  const eval::Dataset data = eval::load_dataset(math_data(dir));
+  eval::EvalSettings settings = two_modes();
+  settings.modes = {runtime::Mode::Choreo};
+  const auto three = by_key(evaluate(workflow, data, dir.file("c3.jsonl"), -1, {}, settings).rows);
+  settings.concurrency = 1;
+  const auto one = by_key(evaluate(workflow, data, dir.file("c1.jsonl"), -1, {}, settings).rows);
+  REQUIRE(three.size() == 5);
+  REQUIRE(one.size() == 5);
+  int64_t computed_three = 0, computed_one = 0;
+  for (const auto& [key, r] : three) {
+    CAPTURE(key.first);
+    const eval::ResultRow& o = one.at(key);
+    CHECK(r.extra["decodes_xxh3"] == o.extra["decodes_xxh3"]);
+    CHECK(r.tokens_computed + r.tokens_reused == o.tokens_computed + o.tokens_reused);
+    computed_three += r.tokens_computed;
+    computed_one += o.tokens_computed;
+  }
+  CHECK(computed_three < computed_one);  // one group computes the opening once; three groups compute it thrice
+}
+
 TEST_CASE(
     "eval run: a MATH output without a box is the answer the workflow extracted; an empty one scores 0") {
   // madpar's output is `boxed(...)`: the answer itself. Official rule for text with a box; none here.
