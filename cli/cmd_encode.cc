@@ -61,12 +61,7 @@ void print_layout(const runtime::pml::EncodedSchema& enc) {
 }
 
 /// The store tag of a schema: XXH3 of its file's bytes (0 is "no tag" in the store, so it is avoided).
-uint64_t schema_tag(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("cannot read schema file '{}'", path), {}, {path, 0, 0});
-  std::ostringstream s;
-  s << in.rdbuf();
-  const std::string bytes = s.str();
+uint64_t schema_tag(const std::string& bytes) {
   const uint64_t tag = XXH3_64bits(bytes.data(), bytes.size());
   return tag == 0 ? 1 : tag;
 }
@@ -107,8 +102,9 @@ int persist_pieces(runtime::Engine& engine, store::DiskStore& disk, const runtim
 }
 
 void run_encode(const EncodeOptions& o) {
-  dsl::pml::Schema schema = dsl::pml::load_schema(o.schema_path);
-  const uint64_t tag = schema_tag(o.schema_path);
+  std::string schema_bytes;
+  dsl::pml::Schema schema = dsl::pml::load_schema(o.schema_path, &schema_bytes);
+  const uint64_t tag = schema_tag(schema_bytes);
   std::string prompt_text = o.prompt;
   SourceLocation prompt_origin{"--prompt", 1, 1};
   if (!o.prompt_file.empty()) {

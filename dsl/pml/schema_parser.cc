@@ -269,7 +269,7 @@ Schema parse_schema(std::string_view text, const std::string& file_name) {
   return s;
 }
 
-Schema load_schema(const std::string& path) {
+Schema load_schema(const std::string& path, std::string* bytes) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     throw InputError(fmt::format("schema file '{}' not found", path), "give the path of a .pml file",
@@ -278,7 +278,10 @@ Schema load_schema(const std::string& path) {
   if (!in) throw InputError(fmt::format("cannot read schema file '{}'", path), {}, SourceLocation{path, 0, 0});
   std::ostringstream s;
   s << in.rdbuf();
-  return parse_schema(s.str(), path);
+  std::string text = s.str();
+  Schema schema = parse_schema(text, path);
+  if (bytes) *bytes = std::move(text);
+  return schema;
 }
 
 }  // namespace choreo::dsl::pml

@@ -14,8 +14,9 @@ namespace choreo::dsl::pml {
 /// (to the working directory when `file_name` is empty).
 Schema parse_schema(std::string_view text, const std::string& file_name);
 
-/// Reads and parses a schema file (a missing or unreadable file is an InputError).
-Schema load_schema(const std::string& path);
+/// Reads and parses a schema file (a missing or unreadable file is an InputError). With `bytes`, also hands
+/// back the bytes it read (`choreo encode` hashes them for the store tag).
+Schema load_schema(const std::string& path, std::string* bytes = nullptr);
 
 /// True for names of the form [A-Za-z_][A-Za-z0-9_.-]*.
 bool is_pml_name(std::string_view name);
