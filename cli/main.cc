@@ -11,27 +11,23 @@
 #include "cli/common.h"
 #include "runtime/common/error.h"
 
-// OpenMP threads should spin between the ~200 parallel regions of a decode step when they have the cores to
-// themselves: with libgomp's default policy a waiting thread sleeps, and tg128 of a 1B model fell from 27.6 to
-// 16 tok/s. On a machine that is already busy, spinning threads steal the cores the other threads need and
-// everything stalls (SmolLM2 tg32 at load 7: 22 tok/s spinning, 92 tok/s sleeping; a madpar run took 7 min
-// instead of 19 s). So the policy follows the 1-minute load average: active when at most half the cores are
-// busy, passive otherwise. libgomp reads OMP_WAIT_POLICY once, when it is loaded, so the process re-executes
-// itself with it set; a policy the user sets is kept.
-static void choose_openmp_wait_policy(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  double load = 0;
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &load) != 1) load = 0;
-    std::fclose(f);
-  }
-  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  setenv("OMP_WAIT_POLICY", load <= 0.5 * double(cores > 0 ? cores : 1) ? "active" : "passive", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure; then run with the default policy
+// How long an OpenMP thread spins at the end of a parallel region before it sleeps. A decode step has ~200
+// parallel regions, so threads that sleep at once (OMP_WAIT_POLICY=passive) pay a wake-up each time: SmolLM2
+// tg128 fell from ~270 to 70 tok/s on the idle machine. Threads that never sleep (active) steal the cores
+// other processes need on a busy machine: with two busy processes on the two cores SmolLM2 tg32 ran at 67 and
+// a 1B decode at 8.2 tok/s. A short bounded spin is as fast as active when idle (268 vs 272 tok/s, 29.0 vs
+// 29.3 on the 1B shape) and the fastest when busy (128 and 11.2 tok/s; passive 41 and 9.6). libgomp's own
+// default spins 100 times longer and behaves like active when busy. libgomp reads the environment once, when
+// it is loaded, so the process re-executes itself with GOMP_SPINCOUNT set; a setting the user made of either
+// variable is kept.
+static void choose_openmp_spinning(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
+  setenv("GOMP_SPINCOUNT", "3000", 1);
+  execv("/proc/self/exe", argv);  // returns only on failure; then run with libgomp's default
 }
 
 int main(int argc, char** argv) {
-  choose_openmp_wait_policy(argv);
+  choose_openmp_spinning(argv);
   CLI::App app{
       "choreo — LLM inference on a global KV cache of messages (Prompt Choreography), CPU backend.\n"
       "Workflows: run, check, profile, eval; Prompt Cache: encode, cache. See README.md and docs/."};
