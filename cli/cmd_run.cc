@@ -103,13 +103,7 @@ nlohmann::ordered_json document(const dsl::Workflow& workflow, const RunOptions&
 
 /// Prints an error that stopped one instance (of several) and keeps going.
 void report_instance_error(const std::exception_ptr& error, int line, const std::string& inputs_path) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const InputError& e) {
-    std::fprintf(stderr, "%s:%d: this row failed:\n%s", inputs_path.c_str(), line, e.render().c_str());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s:%d: this row failed: %s\n", inputs_path.c_str(), line, e.what());
-  }
+  std::fprintf(stderr, "%s:%d: this row failed:\n%s", inputs_path.c_str(), line, describe_error(error).c_str());
 }
 
 void run_run(const RunOptions& o) {

@@ -1,5 +1,5 @@
 #pragma once
-// Models the tests load: a CPU backend with a model on it, and the shared tiny model loaded once per binary.
+// Models the tests load: a CPU backend with a model on it, and the shared models loaded once per binary.
 
 #include <memory>
 #include <string>
@@ -20,6 +20,13 @@ struct LoadedModel {
 /// stories260K (F32, SentencePiece vocab), loaded on first use and shared by every test of the binary.
 inline LoadedModel& stories260k() {
   static LoadedModel loaded(shared_file("models/stories260K.gguf"));
+  return loaded;
+}
+
+/// The default instruct model (SmolLM2-135M-Instruct Q4_1, as scripts/setup.sh installs it), loaded on first use
+/// and shared by every test of the binary; a missing file fails the test with a hint.
+inline LoadedModel& smollm2() {
+  static LoadedModel loaded(require_file(default_model()));
   return loaded;
 }
 

@@ -30,4 +30,16 @@ std::string InputError::render() const {
   return out;
 }
 
+std::string describe_error(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const InputError& e) {
+    return e.render();
+  } catch (const std::exception& e) {
+    return std::string(e.what()) + "\n";
+  } catch (...) {
+    return "unknown error\n";
+  }
+}
+
 }  // namespace choreo

@@ -3,6 +3,7 @@
 // the CLI prints it once and exits 2. A RuntimeFailure is the environment failing us (I/O, memory): exit 1.
 // Programming errors are asserts, never these.
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -41,5 +42,9 @@ class RuntimeFailure : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+/// An exception caught on another thread, as text: an InputError rendered in full (ending in a newline),
+/// any other exception's what() followed by a newline.
+std::string describe_error(const std::exception_ptr& error);
 
 }  // namespace choreo

@@ -64,18 +64,6 @@ Metric metric_of(const Row& row, const Dataset& data, const EvalSettings& settin
 
 ScoreContext context_of(const Row& row) { return ScoreContext{row.gold, row.all_classes, row.dataset}; }
 
-std::string describe(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const InputError& e) {
-    return e.render();
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
-
 /// Touches the weights and starts the threads on a scratch engine, so the first mode's first rows do not
 /// pay for page faults the later modes never see.
 void warm_up(const model::Model& model, int page_tokens) {
@@ -216,7 +204,7 @@ EvalReport run_eval(const dsl::Workflow& workflow, const model::Model& model,
               if (callbacks.on_result) callbacks.on_result(*result);
               return;
             }
-            EvalFailure failure{p.row->id, mode_text, p.row->line, describe(error)};
+            EvalFailure failure{p.row->id, mode_text, p.row->line, describe_error(error)};
             if (callbacks.on_failure) callbacks.on_failure(failure);
             report.failures.push_back(std::move(failure));
           });

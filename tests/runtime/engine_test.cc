@@ -19,6 +19,7 @@
 #include "runtime/model/session.h"
 #include "runtime/model/synth.h"
 #include "tests/runtime/reference_model.h"
+#include "tests/test_models.h"
 #include "tests/test_paths.h"
 
 namespace choreo {
@@ -29,16 +30,9 @@ using runtime::Engine;
 using runtime::Parent;
 using runtime::PrefillRequest;
 
-struct Loaded {
-  std::unique_ptr<kernels::Backend> backend = kernels::make_cpu_backend(2);
-  std::unique_ptr<model::Model> model;
-  explicit Loaded(const std::string& path) { model = model::Model::load(path, *backend); }
-};
+using Loaded = testing::LoadedModel;
 
-Loaded& stories() {
-  static Loaded l(testing::shared_file("models/stories260K.gguf"));
-  return l;
-}
+Loaded& stories() { return testing::stories260k(); }
 
 std::vector<model::Token> text(const model::Model& m, const std::string& s) { return m.vocab().tokenize(s, false); }
 
@@ -138,7 +132,7 @@ TEST_CASE("master equivalence: C decoded over [A, B] (B encoded over [A]) equals
   // float-rounding differences of 1e-7 (the two runs group attention sums differently) into logit
   // differences of ~0.5 (measured by perturbing rmsnorm outputs by 1e-7: 0.43; F32 models: 1e-6). So here the
   // bound is the quantisation noise floor, and greedy choices may differ only at near-ties.
-  Loaded smol(testing::require_file(testing::default_model()));
+  Loaded& smol = testing::smollm2();
   master_equivalence(*smol.model, 0.05, 0.75);
 }
 

@@ -15,6 +15,7 @@
 #include "runtime/kv/page_pool.h"
 #include "runtime/model/chat_template.h"
 #include "runtime/model/llama.h"
+#include "tests/test_models.h"
 #include "tests/test_paths.h"
 
 namespace choreo {
@@ -25,16 +26,9 @@ using model::Token;
 using runtime::DecodeRequest;
 using runtime::Engine;
 
-struct Loaded {
-  std::unique_ptr<kernels::Backend> backend = kernels::make_cpu_backend(2);
-  std::unique_ptr<model::Model> model;
-  explicit Loaded(const std::string& path) { model = model::Model::load(path, *backend); }
-};
+using Loaded = testing::LoadedModel;
 
-const model::Model& stories() {
-  static Loaded l(testing::shared_file("models/stories260K.gguf"));
-  return *l.model;
-}
+const model::Model& stories() { return *testing::stories260k().model; }
 
 /// An engine with its own page pool.
 struct Bench {
@@ -405,7 +399,7 @@ TEST_CASE("exec: a context overflow found only while running names its line; ear
 }
 
 TEST_CASE("exec: role messages at default offsets reproduce the plain chat prompt, across turns (ChatML)") {
-  Loaded smol(testing::require_file(testing::default_model()));
+  Loaded& smol = testing::smollm2();
   const model::Model& m = *smol.model;
   REQUIRE(m.chat_format() == model::ChatFormat::ChatML);
   Bench b(m);

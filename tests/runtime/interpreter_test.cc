@@ -20,6 +20,7 @@
 #include "runtime/model/llama.h"
 #include "runtime/model/sampler.h"
 #include "runtime/model/session.h"
+#include "tests/test_models.h"
 #include "tests/test_paths.h"
 
 namespace choreo {
@@ -28,21 +29,11 @@ namespace {
 using model::Token;
 using runtime::Mode;
 
-struct Loaded {
-  std::unique_ptr<kernels::Backend> backend = kernels::make_cpu_backend(2);
-  std::unique_ptr<model::Model> model;
-  explicit Loaded(const std::string& path) { model = model::Model::load(path, *backend); }
-};
+using Loaded = testing::LoadedModel;
 
-const model::Model& stories() {
-  static Loaded l(testing::shared_file("models/stories260K.gguf"));
-  return *l.model;
-}
+const model::Model& stories() { return *testing::stories260k().model; }
 
-const model::Model& smol() {
-  static Loaded l(testing::require_file(testing::default_model()));
-  return *l.model;
-}
+const model::Model& smol() { return *testing::smollm2().model; }
 
 std::string read_workflow_file(const std::string& name) {
   const char* src = std::getenv("CHOREO_SOURCE_DIR");
