@@ -36,18 +36,9 @@ CONCURRENCY=${CONCURRENCY:-2}
 OUT=${OUT:-${TMPDIR:-/tmp}/choreo-eval-longbench-$$.jsonl}
 MODEL=${MODEL:-}
 
-if [[ ! -x "$CHOREO_BIN" ]]; then
-  echo "eval_longbench.sh: no choreo binary at $CHOREO_BIN (run scripts/setup.sh or set CHOREO_BIN)" >&2
-  exit 2
-fi
+source scripts/eval_common.sh
+eval_require_binary eval_longbench.sh
 args=("$WORKFLOW" --data "$DATA" --limit "$LIMIT" --concurrency "$CONCURRENCY" --out "$OUT")
-for m in $MODES; do args+=(--mode "$m"); done
 for p in $MAP; do args+=(--map "$p"); done
-for p in $PARAMS; do args+=(--param "$p"); done
-[[ -n "$MODEL" ]] && args+=(-m "$MODEL")
-[[ -s "$OUT" ]] && args+=(--resume)
-
-echo "results: $OUT" >&2
-start=$(date +%s)
-"$CHOREO_BIN" eval "${args[@]}" "$@"
-echo "eval_longbench.sh: finished in $(($(date +%s) - start)) s; results in $OUT" >&2
+eval_common_args "$PARAMS"
+eval_run eval_longbench.sh "$@"

@@ -34,18 +34,14 @@ OUT=${OUT:-${TMPDIR:-/tmp}/choreo-eval-musique-$$.jsonl}
 MODEL=${MODEL:-}
 STORE=${STORE:-}
 
-if [[ ! -x "$CHOREO_BIN" ]]; then
-  echo "eval_musique.sh: no choreo binary at $CHOREO_BIN (run scripts/setup.sh or set CHOREO_BIN)" >&2
-  exit 2
-fi
+source scripts/eval_common.sh
+eval_require_binary eval_musique.sh
 # The schemas are made again each time (a few milliseconds), so they always follow DATA and the script.
 python3 scripts/musique_to_pml.py --data "$DATA" --out "$PML_DIR" >&2
 
 args=(workflows/musique.yaml --data "$PML_DIR/prompts.jsonl" --metric qa_f1 --concurrency "$CONCURRENCY" --out "$OUT")
 [[ "$LIMIT" != 0 ]] && args+=(--limit "$LIMIT")
-for m in $MODES; do args+=(--mode "$m"); done
-[[ -n "$MODEL" ]] && args+=(-m "$MODEL")
-[[ -s "$OUT" ]] && args+=(--resume)
+eval_common_args ""
 if [[ -n "$STORE" ]]; then
   mkdir -p "$STORE"
   # The schemas of the selected items, in data order; encode loads what the store holds and writes the rest.
@@ -61,7 +57,4 @@ for i, line in enumerate(open(sys.argv[1], encoding="utf-8")):
   args+=(--cache-dir "$STORE")
 fi
 
-echo "results: $OUT" >&2
-start=$(date +%s)
-"$CHOREO_BIN" eval "${args[@]}" "$@"
-echo "eval_musique.sh: finished in $(($(date +%s) - start)) s; results in $OUT" >&2
+eval_run eval_musique.sh "$@"
