@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "runtime/common/error.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/model/session.h"
 
@@ -42,6 +43,8 @@ Result summarize(std::string test, int n_tokens, const std::vector<double>& seco
 }
 
 void run_bench(const BenchOptions& o) {
+  if (o.n_prompt == 0 && o.n_gen == 0)
+    throw InputError("nothing to measure: -p and -n are both 0", "give -p N for prompt processing, -n N for generation");
   LoadedModel lm = load_model(o.model_path, o.n_threads);
   const model::Model& m = *lm.model;
   const model::Vocab& vocab = m.vocab();
@@ -124,10 +127,10 @@ void register_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "measure prompt processing (pp) and generation (tg) speed");
   add_model_options(*cmd, o->model_path, o->n_threads);
-  cmd->add_option("-p,--n-prompt", o->n_prompt, "prompt tokens (0 = skip)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("-n,--n-gen", o->n_gen, "generated tokens (0 = skip)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("-r,--repetitions", o->reps, "repetitions")->check(CLI::PositiveNumber);
-  cmd->add_option("-b,--batch-size", o->batch, "micro-batch size for prompt processing")->check(CLI::PositiveNumber);
+  cmd->add_option("-p,--n-prompt", o->n_prompt, "prompt tokens (0 = skip)")->check(at_least(0));
+  cmd->add_option("-n,--n-gen", o->n_gen, "generated tokens (0 = skip)")->check(at_least(0));
+  cmd->add_option("-r,--repetitions", o->reps, "repetitions")->check(at_least(1));
+  cmd->add_option("-b,--batch-size", o->batch, "micro-batch size for prompt processing")->check(at_least(1));
   cmd->add_flag("--json", o->json, "print JSON instead of a table");
   cmd->callback([o] { run_bench(*o); });
 }

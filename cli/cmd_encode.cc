@@ -160,11 +160,14 @@ void register_encode(CLI::App& app) {
   cmd->add_option("-p,--prompt", o->prompt,
                   "also serve this PML prompt (<prompt schema=\"...\">...</prompt>)");
   cmd->add_option("--prompt-file", o->prompt_file, "also serve the PML prompt in this file");
-  cmd->add_option("-n,--max-tokens", o->max_tokens, "tokens to generate for the prompt (default 128)");
-  cmd->add_option("--temp", o->temperature, "sampling temperature for the prompt (default 0 = greedy)");
+  cmd->add_option("-n,--max-tokens", o->max_tokens, "tokens to generate for the prompt (default 128)")
+      ->check(at_least(1));
+  cmd->add_option("--temp", o->temperature, "sampling temperature for the prompt (default 0 = greedy)")
+      ->check(CLI::Range(0.0f, 100.0f));
   cmd->add_option("-s,--seed", o->seed, "sampling seed");
-  cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget in MiB (default 4096)");
-  cmd->add_option("--page-tokens", o->page_tokens, "tokens per KV page (default 32)");
+  cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget in MiB (default 4096)")->check(at_least(1));
+  cmd->add_option("--page-tokens", o->page_tokens, "tokens per KV page (default 32)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option(
       "--cache-dir", o->cache_dir,
       "persistent store directory (default: $CHOREO_CACHE_DIR, else the XDG cache; docs/store.md)");

@@ -162,7 +162,7 @@ void add_eval_run(CLI::App& eval_group) {
                  "data file: MATH jsonl, LongBench jsonl, the MuSiQue json, or jsonl");
   cmd.add_option("--format", o->format, "math, longbench, musique or jsonl (default: detected)");
   add_pairs_option(cmd, "--map", o->maps, "feed a row field to a workflow input, INPUT=FIELD (repeatable)");
-  cmd.add_option("--limit", o->limit, "use the first N rows (default: all)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--limit", o->limit, "use the first N rows (default: all)")->check(at_least(0));
   cmd.add_option("--shard", o->shard, "run slice I of N of the (limited) rows: row index mod N == I");
   add_pairs_option(cmd, "--mode", o->modes, "choreo, prefix or naive; repeat for a paired comparison (default choreo)");
   cmd.add_option("--metric", o->metric,
@@ -184,7 +184,7 @@ void add_eval_run(CLI::App& eval_group) {
                  "persistent store (e.g. PML modules saved by choreo encode) that choreo mode reads encodings "
                  "from; the baselines never read it (default: none)");
   cmd.add_option("--cache-mib", o->cache_mib, "KV page pool budget per mode in MiB (default 4096)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd.add_option("--page-tokens", o->page_tokens, "tokens per KV page (default 32)")
       ->check(CLI::Range(1, 4096));
   cmd.add_flag("--json", o->json, "print the closing summary as JSON");

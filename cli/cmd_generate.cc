@@ -94,15 +94,16 @@ void register_generate(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("generate", "generate a continuation of a prompt (plain KV-cache run)");
   add_model_options(*cmd, o->model_path, o->n_threads);
   cmd->add_option("-p,--prompt", o->prompt, "prompt text")->required();
-  cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate (-1: until end of generation)");
+  cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate (-1: until end of generation)")
+      ->check(at_least(-1));
   cmd->add_option("--temp", o->temperature, "temperature (0 = greedy)")->check(CLI::Range(0.0f, 100.0f));
   cmd->add_option("--top-p", o->top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0f, 1.0f));
-  cmd->add_option("--top-k", o->top_k, "top-k sampling (0 = off)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", o->top_k, "top-k sampling (0 = off)")->check(at_least(0));
   cmd->add_option("-s,--seed", o->seed, "random seed (-1 = random)");
   cmd->add_flag("--chat", o->chat, "wrap the prompt as a user turn in the model's chat template");
   cmd->add_option("--system", o->system, "system message for --chat");
   cmd->add_flag("--no-bos", o->no_bos, "do not add the BOS token");
-  cmd->add_option("--cache-mib", o->cache_mib, "KV cache budget in MiB")->check(CLI::PositiveNumber);
+  cmd->add_option("--cache-mib", o->cache_mib, "KV cache budget in MiB")->check(at_least(1));
   cmd->callback([o] { run_generate(*o); });
 }
 

@@ -181,7 +181,7 @@ void register_profile(CLI::App& app) {
   add_model_options(*cmd, o->model_path, o->n_threads);
   cmd->add_option("--inputs", o->inputs_path, "JSON Lines file, one instance per line (as for choreo run)");
   cmd->add_option("--limit", o->limit, "instances to run from --inputs (default 10; 0 = all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   add_pairs_option(*cmd, "--input", o->inputs, "an input value for every instance, KEY=VALUE (repeatable)");
   add_pairs_option(*cmd, "--map", o->maps, "with --inputs: read input INPUT from row key FIELD, INPUT=FIELD (repeatable)");
   add_pairs_option(*cmd, "--param", o->params, "override a param, KEY=VALUE (repeatable)");
@@ -189,7 +189,7 @@ void register_profile(CLI::App& app) {
       ->check(CLI::IsMember({"prefix", "naive"}));
   cmd->add_option("--json", o->json_path, "write the raw per-instance numbers as JSON here");
   cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget per mode in MiB (default 4096)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--page-tokens", o->page_tokens, "tokens per KV page (default 32)")->check(CLI::Range(1, 4096));
   cmd->callback([o] { run_profile(*o); });
 }

@@ -216,7 +216,7 @@ void register_run(CLI::App& app) {
   cmd->add_option("--inputs", o->inputs_path,
                   "run once per line of this JSON Lines file (keys naming inputs are used, others ignored)");
   cmd->add_option("--limit", o->limit, "with --inputs: run only the first N rows (default all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->add_option("--concurrency", o->concurrency,
                   "with --inputs: instances in flight at once; their ready calls share engine batches (default 8)")
       ->check(CLI::Range(1, 4096));
@@ -226,7 +226,7 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--no-leak", o->no_leak,
                 "re-encode parents whose encoding carries another agent's private messages (see choreo check)");
   cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget in MiB (default 4096)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--page-tokens", o->page_tokens, "tokens per KV page (default 32)")
       ->check(CLI::Range(1, 4096));
   cmd->callback([o] { run_run(*o); });

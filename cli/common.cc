@@ -38,9 +38,21 @@ void add_pairs_option(CLI::App& cmd, const std::string& name, std::vector<std::s
   cmd.add_option(name, values, help)->expected(1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
+CLI::Validator at_least(long min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        long value = 0;
+        if (!CLI::detail::lexical_cast(text, value)) return fmt::format("'{}' is not a whole number", text);
+        if (value < min) return fmt::format("must be at least {}, not {}", min, value);
+        return {};
+      },
+      fmt::format("INT>={}", min));
+}
+
 void add_model_options(CLI::App& cmd, std::string& model_path, int& n_threads) {
   cmd.add_option("-m,--model", model_path, "GGUF model file (default: $CHOREO_MODEL or the model setup installed)");
-  cmd.add_option("-t,--threads", n_threads, "threads (default: all cores)");
+  cmd.add_option("-t,--threads", n_threads, "threads (default: all cores)")
+      ->check(CLI::Range(0, kernels::kMaxThreads).description("0 (all cores) to 512"));
 }
 
 }  // namespace choreo::cli

@@ -32,6 +32,10 @@ std::map<std::string, std::string> key_values(const std::vector<std::string>& pa
 void add_pairs_option(CLI::App& cmd, const std::string& name, std::vector<std::string>& values,
                       const std::string& help);
 
+/// A check that an integer option is at least `min`, with a short message (CLI11's NonNegativeNumber and
+/// PositiveNumber print the whole range of a double).
+CLI::Validator at_least(long min);
+
 /// Adds `-m/--model` and `-t/--threads` to a subcommand.
 void add_model_options(CLI::App& cmd, std::string& model_path, int& n_threads);
 

@@ -108,7 +108,11 @@ class Backend {
                          float* out) = 0;
 };
 
-/// The CPU backend (always available); picks SIMD kernels for this processor at run time.
+/// The most threads a backend accepts (llama.cpp's limit too); far more than this exhausts the process.
+constexpr int kMaxThreads = 512;
+
+/// The CPU backend (always available); picks SIMD kernels for this processor at run time. n_threads <= 0
+/// means one per core; more than kMaxThreads is an InputError.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 
 }  // namespace choreo::kernels

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include "kernels/backend.h"
+#include "runtime/common/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
@@ -18,6 +19,9 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return "cpu"; }
   void set_threads(int n_threads) override {
+    if (n_threads > kMaxThreads)
+      throw InputError(fmt::format("{} threads requested; the CPU backend takes at most {}", n_threads, kMaxThreads),
+                       "use one thread per core (the default), or fewer");
     n_threads_ = n_threads > 0 ? n_threads : omp_get_num_procs();
     omp_set_num_threads(n_threads_);
   }

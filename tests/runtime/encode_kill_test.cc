@@ -26,20 +26,15 @@
 
 #include "runtime/store/disk_store.h"
 #include "tests/runtime/store_test_util.h"
+#include "tests/cli_process.h"
 #include "tests/test_paths.h"
-
-extern char** environ;
 
 namespace fs = std::filesystem;
 using namespace choreo;
 
 namespace {
 
-/// The choreo binary: $CHOREO_BIN, else `choreo` beside the running test binary (both live in the build dir).
-std::string choreo_binary() {
-  if (const char* env = std::getenv("CHOREO_BIN")) return env;
-  return (fs::read_symlink("/proc/self/exe").parent_path() / "choreo").string();
-}
+using testing::choreo_binary;
 
 /// A child process with its stdout and stderr in one file.
 struct Child {
