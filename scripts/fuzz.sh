@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader, then the other targets below (workflow YAML, expressions, PML), with libFuzzer + ASan + UBSan.
+# Fuzzes the GGUF reader, then the other targets below (workflow YAML, expressions, PML, tokenizers), with
+# libFuzzer + ASan + UBSan.
 #   scripts/fuzz.sh [seconds=60]      (each target runs for that many seconds)
 # Builds build-fuzz/ with clang (the whole library instrumented), seeds build-fuzz/gguf-corpus with the shared
 # GGUF files and writer-made files, runs for the given time and exits non-zero on any crash, leak or timeout
@@ -166,3 +167,30 @@ echo "fuzz.sh: fuzzing pml_fuzz for ${seconds}s (corpus $pml_corpus)"
 (cd "$build" && "$build/pml_fuzz" "$pml_corpus" \
   -max_total_time="$seconds" -max_len=16384 -rss_limit_mb=2048 -timeout=10 \
   -dict="$pml_dict" -artifact_prefix="$artifacts/pml-" -print_final_stats=1)
+
+# ---- the tokenizers (runtime/model/vocab*): SPM and four byte-level BPE pre-tokenizers; seeds are llama.cpp's
+# tokenizer test texts in $shared/models/vocab/*.inp ----------------------------------------------------------
+ninja -C "$build" -j2 tokenizer_fuzz
+tokenizer_corpus="$build/tokenizer-corpus"
+mkdir -p "$tokenizer_corpus"
+CHOREO_SHARED="$shared" CHOREO_FUZZ_SEED_DIR="$tokenizer_corpus" "$build/tokenizer_fuzz" -runs=0 "$tokenizer_corpus" \
+  >"$build/tokenizer-seed.log" 2>&1 || { cat "$build/tokenizer-seed.log" >&2; exit 1; }
+tokenizer_dict="$build/tokenizer.dict"
+cat >"$tokenizer_dict" <<'DICT'
+"<s>"
+"</s>"
+"<|endoftext|>"
+"<unk>"
+"\xe2\x96\x81"
+"\xf0\x9f\x9a\x80"
+"'s"
+"'ll"
+"  \x0a"
+"\xc3\xa9"
+"\xe4\xb8\xad"
+"123456"
+DICT
+echo "fuzz.sh: fuzzing tokenizer_fuzz for ${seconds}s (corpus $tokenizer_corpus)"
+CHOREO_SHARED="$shared" "$build/tokenizer_fuzz" "$tokenizer_corpus" \
+  -max_total_time="$seconds" -max_len=4096 -rss_limit_mb=2048 -timeout=20 \
+  -dict="$tokenizer_dict" -artifact_prefix="$artifacts/tokenizer-" -print_final_stats=1

@@ -1,0 +1,140 @@
+// libFuzzer target for the tokenizers (runtime/model/vocab*): any bytes, tokenised by a SentencePiece vocab
+// (llama-spm) and by byte-level BPE vocabs with different pre-tokenizers (gpt-2, deepseek-coder, mpt,
+// refact), with and without special-token parsing, must give ids inside the vocab and never crash, hang or
+// leak. Oracle (the round trip vocab.h promises): for valid UTF-8 text, detokenize(tokenize(text)) == text,
+// except that SentencePiece writes U+2581 back as a space.
+// The vocab files come from $CHOREO_SHARED/models/vocab (else $CHOREO_SOURCE_DIR/../shared/models/vocab).
+// With CHOREO_FUZZ_SEED_DIR set, start-up copies the shared *.inp test texts there as seeds (scripts/fuzz.sh).
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/common/error.h"
+#include "runtime/model/gguf.h"
+#include "runtime/model/vocab.h"
+
+namespace {
+
+using choreo::model::Token;
+using choreo::model::Vocab;
+
+struct Loaded {
+  std::string name;
+  bool spm = false;
+  Vocab vocab;
+};
+
+std::filesystem::path vocab_dir() {
+  if (const char* shared = std::getenv("CHOREO_SHARED")) return std::filesystem::path(shared) / "models/vocab";
+  const char* source = std::getenv("CHOREO_SOURCE_DIR");
+  return std::filesystem::path(source ? source : ".") / ".." / "shared" / "models" / "vocab";
+}
+
+const std::vector<Loaded>& vocabs() {
+  static const std::vector<Loaded> loaded = [] {
+    std::vector<Loaded> out;
+    for (const char* name : {"llama-spm", "gpt-2", "deepseek-coder", "mpt", "refact"}) {
+      const std::filesystem::path path = vocab_dir() / (std::string("ggml-vocab-") + name + ".gguf");
+      try {
+        out.push_back({name, std::string(name) == "llama-spm", Vocab::from_gguf(choreo::gguf::File::open(path))});
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "tokenizer_fuzz: cannot load %s: %s (set CHOREO_SHARED)\n", path.c_str(), e.what());
+        std::abort();
+      }
+    }
+    if (const char* seeds = std::getenv("CHOREO_FUZZ_SEED_DIR")) {
+      // Each .inp file holds llama.cpp's test texts separated by a marker line; every text becomes a seed.
+      const std::string marker = "\n__ggml_vocab_test__\n";
+      int i = 0;
+      for (const auto& entry : std::filesystem::directory_iterator(vocab_dir())) {
+        if (entry.path().extension() != ".inp") continue;
+        std::ifstream in(entry.path(), std::ios::binary);
+        const std::string all((std::istreambuf_iterator<char>(in)), {});
+        for (size_t start = 0; start < all.size();) {
+          size_t end = all.find(marker, start);
+          if (end == std::string::npos) end = all.size();
+          std::ofstream(std::filesystem::path(seeds) / ("seed_" + std::to_string(i++)), std::ios::binary)
+              << all.substr(start, end - start);
+          start = end + marker.size();
+        }
+      }
+    }
+    return out;
+  }();
+  return loaded;
+}
+
+/// Strict UTF-8: shortest forms, no surrogates, nothing above U+10FFFF.
+bool valid_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;  // continuation bytes
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    if ((c & 0xe0) == 0xc0) {
+      n = 1, cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      n = 2, cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + n >= s.size()) return false;
+    for (size_t k = 1; k <= n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000)) return false;
+    if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
+std::string spaces_for_u2581(std::string s) {
+  const std::string mark = "\xe2\x96\x81";
+  for (size_t at = s.find(mark); at != std::string::npos; at = s.find(mark, at + 1)) s.replace(at, mark.size(), " ");
+  return s;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size > 4096) return 0;  // tokenisers are linear-ish; long inputs only slow the search down
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  const bool utf8 = valid_utf8(text);
+  for (const Loaded& l : vocabs()) {
+    const int n_vocab = l.vocab.n_tokens();
+    for (bool parse_special : {false, true}) {
+      std::vector<Token> ids;
+      try {
+        ids = l.vocab.tokenize(text, /*add_special=*/false, parse_special);
+      } catch (const choreo::InputError&) {
+        continue;  // a clear refusal is allowed; a crash or another exception is not
+      }
+      for (Token id : ids)
+        if (id < 0 || id >= n_vocab) __builtin_trap();
+      const std::string back = l.vocab.detokenize(ids, /*special=*/parse_special);
+      if (!parse_special && utf8) {
+        const std::string expected = l.spm ? spaces_for_u2581(std::string(text)) : std::string(text);
+        if (back != expected) {
+          std::fprintf(stderr, "tokenizer_fuzz: %s does not round-trip (%zu ids)\n", l.name.c_str(), ids.size());
+          __builtin_trap();
+        }
+      }
+    }
+  }
+  return 0;
+}
