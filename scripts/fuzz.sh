@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader, then the other targets below (workflow YAML, expressions, PML, tokenizers), with
-# libFuzzer + ASan + UBSan.
+# Fuzzes the GGUF reader, then the other targets below (workflow YAML, expressions, PML, tokenizers, exec calls
+# files), with libFuzzer + ASan + UBSan.
 #   scripts/fuzz.sh [seconds=60]      (each target runs for that many seconds)
 # Builds build-fuzz/ with clang (the whole library instrumented), seeds build-fuzz/gguf-corpus with the shared
 # GGUF files and writer-made files, runs for the given time and exits non-zero on any crash, leak or timeout
-# (the failing input is saved as build-fuzz/artifacts/crash-*; re-run it with build-fuzz/gguf_fuzz <file>).
+# (the failing input is saved as build-fuzz/artifacts/TARGET-crash-*; re-run it with build-fuzz/TARGET <file>).
 set -euo pipefail
 
 seconds="${1:-60}"
@@ -18,22 +18,35 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS="$sanitizers" -DCMAKE_C_FLAGS="$sanitizers" \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" >/dev/null
-ninja -C "$build" -j2 gguf_fuzz
-
-corpus="$build/gguf-corpus"
 artifacts="$build/artifacts"
-mkdir -p "$corpus" "$artifacts"
+mkdir -p "$artifacts"
+
+# fuzz_seed NAME CORPUS: builds target NAME and lets its start-up write seeds into CORPUS (CHOREO_FUZZ_SEED_DIR),
+# then replays them; a failure prints the log and stops the script.
+fuzz_seed() {
+  ninja -C "$build" -j2 "$1"
+  mkdir -p "$2"
+  (cd "$build" && CHOREO_SOURCE_DIR="$root" CHOREO_SHARED="$shared" CHOREO_FUZZ_SEED_DIR="$2" "$build/$1" -runs=0 "$2") \
+    >"$build/$1-seed.log" 2>&1 || { cat "$build/$1-seed.log" >&2; echo "fuzz.sh: seeding $1 failed" >&2; exit 1; }
+}
+
+# fuzz_run NAME CORPUS DICT MAX_LEN TIMEOUT: fuzzes target NAME for $seconds; a crash, leak or timeout
+# stops the script (the input is saved as $artifacts/NAME-crash-*).
+fuzz_run() {
+  echo "fuzz.sh: fuzzing $1 for ${seconds}s (corpus $2)"
+  (cd "$build" && CHOREO_SOURCE_DIR="$root" CHOREO_SHARED="$shared" "$build/$1" "$2" \
+    -max_total_time="$seconds" -max_len="$4" -rss_limit_mb=2048 -timeout="$5" \
+    -dict="$3" -artifact_prefix="$artifacts/$1-" -print_final_stats=1)
+}
+corpus="$build/gguf-corpus"
+mkdir -p "$corpus"
 if [[ -d "$shared/models" ]]; then
   find "$shared/models" -name '*.gguf' -exec cp -f {} "$corpus/" \;
 else
   echo "fuzz.sh: $shared/models not found; seeding with writer-made files only" >&2
 fi
 # Writer-made seeds (every value type, alignments, vocab-only, tiny synthetic models).
-if ! CHOREO_FUZZ_SEED_DIR="$corpus" "$build/gguf_fuzz" -runs=0 "$corpus" >"$build/seed.log" 2>&1; then
-  cat "$build/seed.log" >&2
-  echo "fuzz.sh: writing or replaying the seed corpus failed" >&2
-  exit 1
-fi
+fuzz_seed gguf_fuzz "$corpus"
 
 dict="$build/gguf.dict"
 cat >"$dict" <<'DICT'
@@ -47,17 +60,11 @@ cat >"$dict" <<'DICT'
 "\xff\xff\xff\xff\xff\xff\xff\xff"
 DICT
 
-echo "fuzz.sh: fuzzing gguf_fuzz for ${seconds}s (corpus $corpus)"
-"$build/gguf_fuzz" "$corpus" \
-  -max_total_time="$seconds" -max_len=1048576 -rss_limit_mb=2048 -timeout=20 \
-  -dict="$dict" -artifact_prefix="$artifacts/" -print_final_stats=1
+fuzz_run gguf_fuzz "$corpus" "$dict" 1048576 20
 
 # ---- the workflow parser (dsl/workflow_parser): seeds are the shipped workflows/*.yaml -------------------
-ninja -C "$build" -j2 workflow_fuzz
 workflow_corpus="$build/workflow-corpus"
-mkdir -p "$workflow_corpus"
-CHOREO_SOURCE_DIR="$root" CHOREO_FUZZ_SEED_DIR="$workflow_corpus" "$build/workflow_fuzz" -runs=0 "$workflow_corpus" \
-  >"$build/workflow-seed.log" 2>&1 || { cat "$build/workflow-seed.log" >&2; exit 1; }
+fuzz_seed workflow_fuzz "$workflow_corpus"
 workflow_dict="$build/workflow.dict"
 cat >"$workflow_dict" <<'DICT'
 "name: "
@@ -73,10 +80,7 @@ cat >"$workflow_dict" <<'DICT'
 "*a"
 "|\x0a"
 DICT
-echo "fuzz.sh: fuzzing workflow_fuzz for ${seconds}s (corpus $workflow_corpus)"
-"$build/workflow_fuzz" "$workflow_corpus" \
-  -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 -timeout=20 \
-  -dict="$workflow_dict" -artifact_prefix="$artifacts/" -print_final_stats=1
+fuzz_run workflow_fuzz "$workflow_corpus" "$workflow_dict" 65536 20
 
 # ---- the expression language (dsl/expr): parse + evaluate + templates ------------------------------------
 ninja -C "$build" -j2 expr_fuzz
@@ -128,19 +132,14 @@ cat >"$dict" <<'DICT'
 "\\boxed{"
 DICT
 
-echo "fuzz.sh: fuzzing expr_fuzz for ${seconds}s (corpus $expr_corpus)"
-"$build/expr_fuzz" "$expr_corpus" \
-  -max_total_time="$seconds" -max_len=4096 -rss_limit_mb=2048 -timeout=10 \
-  -dict="$dict" -artifact_prefix="$artifacts/expr-" -print_final_stats=1
+fuzz_run expr_fuzz "$expr_corpus" "$dict" 4096 10
 
 # ---- the PML parsers (dsl/pml): schemas and prompts; seeds are the shipped schemas/*.pml ------------------
-ninja -C "$build" -j2 pml_fuzz
 pml_corpus="$build/pml-corpus"
 mkdir -p "$pml_corpus"
 printf '%s' '<prompt schema="travel"><travel-plan duration="3 days"><overseas><tokyo/></overseas></travel-plan> Plan it &amp; list costs.<assistant/></prompt>' \
   >"$pml_corpus/seed_prompt"
-CHOREO_SOURCE_DIR="$root" CHOREO_FUZZ_SEED_DIR="$pml_corpus" "$build/pml_fuzz" -runs=0 "$pml_corpus" \
-  >"$build/pml-seed.log" 2>&1 || { cat "$build/pml-seed.log" >&2; exit 1; }
+fuzz_seed pml_fuzz "$pml_corpus"
 pml_dict="$build/pml.dict"
 cat >"$pml_dict" <<'DICT'
 "<schema name=\"s\">"
@@ -163,18 +162,12 @@ cat >"$pml_dict" <<'DICT'
 "cache=\"false\""
 "src=\""
 DICT
-echo "fuzz.sh: fuzzing pml_fuzz for ${seconds}s (corpus $pml_corpus)"
-(cd "$build" && "$build/pml_fuzz" "$pml_corpus" \
-  -max_total_time="$seconds" -max_len=16384 -rss_limit_mb=2048 -timeout=10 \
-  -dict="$pml_dict" -artifact_prefix="$artifacts/pml-" -print_final_stats=1)
+fuzz_run pml_fuzz "$pml_corpus" "$pml_dict" 16384 10
 
 # ---- the tokenizers (runtime/model/vocab*): SPM and four byte-level BPE pre-tokenizers; seeds are llama.cpp's
 # tokenizer test texts in $shared/models/vocab/*.inp ----------------------------------------------------------
-ninja -C "$build" -j2 tokenizer_fuzz
 tokenizer_corpus="$build/tokenizer-corpus"
-mkdir -p "$tokenizer_corpus"
-CHOREO_SHARED="$shared" CHOREO_FUZZ_SEED_DIR="$tokenizer_corpus" "$build/tokenizer_fuzz" -runs=0 "$tokenizer_corpus" \
-  >"$build/tokenizer-seed.log" 2>&1 || { cat "$build/tokenizer-seed.log" >&2; exit 1; }
+fuzz_seed tokenizer_fuzz "$tokenizer_corpus"
 tokenizer_dict="$build/tokenizer.dict"
 cat >"$tokenizer_dict" <<'DICT'
 "<s>"
@@ -190,7 +183,26 @@ cat >"$tokenizer_dict" <<'DICT'
 "\xe4\xb8\xad"
 "123456"
 DICT
-echo "fuzz.sh: fuzzing tokenizer_fuzz for ${seconds}s (corpus $tokenizer_corpus)"
-CHOREO_SHARED="$shared" "$build/tokenizer_fuzz" "$tokenizer_corpus" \
-  -max_total_time="$seconds" -max_len=4096 -rss_limit_mb=2048 -timeout=20 \
-  -dict="$tokenizer_dict" -artifact_prefix="$artifacts/tokenizer-" -print_final_stats=1
+fuzz_run tokenizer_fuzz "$tokenizer_corpus" "$tokenizer_dict" 4096 20
+
+# ---- the calls files of `choreo exec` (runtime/exec/calls): JSONL parsing and validation against stories260K;
+# seeds are the examples in docs/exec.md ---------------------------------------------------------------------
+ninja -C "$build" -j2 exec_fuzz
+exec_corpus="$build/exec-corpus"
+mkdir -p "$exec_corpus"
+grep -E '^\[?\{"op"' "$root/docs/exec.md" >"$exec_corpus/seed_docs" || true
+exec_dict="$build/exec.dict"
+cat >"$exec_dict" <<'DICT'
+"{\"op\":\"prefill\","
+"{\"op\":\"decode\","
+"\"id\":"
+"\"parents\":["
+"{\"ref\":\"a\",\"offset\":"
+"\"role\":\"user\""
+"\"max_tokens\":"
+"\"temperature\":"
+"\"stop\":["
+"\"tokens\":[1,2]"
+"1e999"
+DICT
+fuzz_run exec_fuzz "$exec_corpus" "$exec_dict" 8192 20

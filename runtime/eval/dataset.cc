@@ -198,6 +198,9 @@ std::vector<Row> read_musique(const std::string& path, const std::string& text) 
     const size_t byte = e.byte > 0 ? e.byte - 1 : 0;
     throw InputError("the file is not JSON", "a MuSiQue file is one JSON list of rows",
                      SourceLocation{path, line_of_byte(text, byte), column_of_byte(text, byte)});
+  } catch (const json::exception& e) {  // well-formed but unreadable, e.g. a number beyond double range
+    throw InputError(fmt::format("the file cannot be read: {}", e.what()), "a MuSiQue file is one JSON list of rows",
+                     SourceLocation{path, 0, 0});
   }
   if (!value.is_array())
     throw InputError(fmt::format("the file holds {}, not a list of rows", exec::type_name(value)), {},

@@ -33,6 +33,9 @@ std::vector<InputRow> read_input_rows(const std::string& path, const dsl::Workfl
       throw InputError(fmt::format("line {} is not valid JSON: {}", number, e.what()),
                        "write one JSON object per line, e.g. {\"problem\": \"What is 2+2?\"}",
                        SourceLocation{path, number, int(std::min<size_t>(e.byte, line.size() + 1))}, line);
+    } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double range
+      throw InputError(fmt::format("line {} cannot be read: {}", number, e.what()),
+                       "write numbers within double range", SourceLocation{path, number, 0}, line);
     }
     if (!row.is_object())
       throw InputError(fmt::format("line {} is a JSON {}, not an object", number, row.type_name()),

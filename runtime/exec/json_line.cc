@@ -99,6 +99,20 @@ JsonLine parse_json_line(int number, std::string text) {
     at = at == std::string::npos ? std::string::npos : what.find(": ", at);
     raw.json_error = at == std::string::npos ? what : what.substr(at + 2);
     raw.json_error_byte = e.byte;
+  } catch (const json::exception& e) {
+    // Well-formed JSON that nlohmann cannot hold, e.g. a number beyond double range ("number overflow
+    // parsing '1e999'"): point at the quoted text when the message names it.
+    const std::string what = e.what();
+    const size_t at = what.find("] ");
+    raw.json_error = at == std::string::npos ? what : what.substr(at + 2);
+    raw.json_error_byte = 1;
+    if (const size_t open = raw.json_error.find('\''); open != std::string::npos) {
+      const size_t close = raw.json_error.find('\'', open + 1);
+      if (close != std::string::npos) {
+        const size_t found = raw.text.find(raw.json_error.substr(open + 1, close - open - 1));
+        if (found != std::string::npos) raw.json_error_byte = found + 1;
+      }
+    }
   }
   return raw;
 }

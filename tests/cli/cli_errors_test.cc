@@ -52,6 +52,10 @@ TEST_CASE("bad command lines exit 2 with a message and write nothing") {
   std::ofstream(workflow) << "name: w\nmessages:\n  a: {text: \"Once upon a time\"}\n"
                              "steps:\n  - decode: {as: b, parents: [a], header: \"There\", max_tokens: 2}\n";
   const std::string output = (scratch.path / "out.gguf").string();
+  const std::string rows = (scratch.path / "rows.jsonl").string();
+  std::ofstream(rows) << "{\"x\": 1e999}\n";  // well-formed JSON beyond double range (found by exec_fuzz)
+  const std::string calls_file = (scratch.path / "calls.jsonl").string();
+  std::ofstream(calls_file) << "{\"op\":\"prefill\",\"id\":\"a\",\"text\":\"x\",\"max_tokens\":-1e999}\n";
 
   const std::vector<BadCall> calls = {
       {{"generate", "-m", model, "-p", "hi", "-t", "100000"}, "--threads"},
@@ -75,6 +79,9 @@ TEST_CASE("bad command lines exit 2 with a message and write nothing") {
       {{"run", workflow, "-m", model, "--page-tokens", "0"}, "--page-tokens"},
       {{"run", workflow, "-m", model, "--concurrency", "0"}, "--concurrency"},
       {{"eval", workflow, "--data", not_gguf, "--limit", "-1"}, "must be at least 0, not -1"},
+      {{"run", workflow, "-m", model, "--inputs", rows}, "number overflow"},
+      {{"eval", workflow, "--data", rows, "--format", "jsonl"}, "number overflow"},
+      {{"exec", "-m", model, calls_file}, "calls.jsonl:1:"},
   };
   for (const BadCall& call : calls) {
     std::string line;

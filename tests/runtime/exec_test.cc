@@ -273,6 +273,10 @@ TEST_CASE("exec: malformed calls are rejected before anything runs, naming file,
        "lists itself as a parent"},
       {"duplicate id", story + "\n" + story, 3, "'story' is already defined on line 1", "\"story\""},
       {"bad JSON", story + R"({"op":"prefill","id":"x" "text":"y"})", 2, "invalid JSON"},
+      // Found by tests/fuzz/exec_fuzz: well-formed JSON whose number nlohmann cannot hold used to escape as an
+      // uncaught json::out_of_range and abort the process.
+      {"number beyond double range", story + R"({"op":"decode","id":"d","header":" A","parents":["story"],"max_tokens":1e999})", 2,
+       "invalid JSON: number overflow parsing '1e999'", "1e999"},
       {"unknown op", story + R"({"op":"prefil","id":"x","text":"y"})", 2,
        "'prefil' is not an op (did you mean 'prefill'?)", "\"prefil\""},
       {"unknown field",
