@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes the GGUF reader, then the other targets below (workflow YAML, expressions, PML, tokenizers, exec calls
-# files), with libFuzzer + ASan + UBSan.
+# files, eval data and results files), with libFuzzer + ASan + UBSan.
 #   scripts/fuzz.sh [seconds=60]      (each target runs for that many seconds)
 # Builds build-fuzz/ with clang (the whole library instrumented), seeds build-fuzz/gguf-corpus with the shared
 # GGUF files and writer-made files, runs for the given time and exits non-zero on any crash, leak or timeout
@@ -206,3 +206,24 @@ cat >"$exec_dict" <<'DICT'
 "1e999"
 DICT
 fuzz_run exec_fuzz "$exec_corpus" "$exec_dict" 8192 20
+
+# ---- the files choreo eval reads (runtime/eval/dataset, results): MATH, LongBench, MuSiQue, jsonl, results ------
+eval_data_corpus="$build/eval-data-corpus"
+fuzz_seed eval_data_fuzz "$eval_data_corpus"
+eval_data_dict="$build/eval-data.dict"
+cat >"$eval_data_dict" <<'DICT'
+"\"problem\": "
+"\"answer\": "
+"\"solution\": \"\\boxed{"
+"\"context\": "
+"\"answers\": ["
+"\"all_classes\": "
+"\"ctxs\": [{\"title\": \"t\", \"text\": "
+"\"question\": "
+"\"unique_id\": "
+"\"id\": "
+"\"mode\": \"choreo\""
+"\"score\": "
+"1e999"
+DICT
+fuzz_run eval_data_fuzz "$eval_data_corpus" "$eval_data_dict" 8192 20
