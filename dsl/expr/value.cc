@@ -234,4 +234,14 @@ std::string describe(const Value& value) {
   return text;
 }
 
+Value assign_at(const Value& current, std::span<const int64_t> indices, const Value& value) {
+  if (indices.empty()) return value;
+  List items;
+  if (current.type() == Type::List) items = current.as_list();
+  const size_t i = static_cast<size_t>(indices[0]);
+  if (items.size() <= i) items.resize(i + 1);
+  items[i] = assign_at(items[i], indices.subspan(1), value);
+  return Value::list(std::move(items));
+}
+
 }  // namespace choreo::dsl::expr

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -94,5 +95,10 @@ std::string to_json(const Value& value);
 
 /// A short quotation of a value for error messages, e.g. 'ansewr' or [1, 2, ...] (at most ~40 characters).
 std::string describe(const Value& value);
+
+/// `current[i][j]... = value` on immutable values: a copy of `current` with the lists along the path copied and
+/// padded with nulls as needed (a non-list on the path becomes a list). How a fan-out's `as: name` binds each
+/// branch's result; the interpreter and the plan compiler (dsl/plan) must bind the same way.
+Value assign_at(const Value& current, std::span<const int64_t> indices, const Value& value);
 
 }  // namespace choreo::dsl::expr

@@ -43,6 +43,7 @@ using expr::MapScope;
 using expr::Scope;
 using expr::Type;
 using expr::Value;
+using expr::assign_at;
 
 /// The largest index an `as` target may write (the interpreter's bound).
 constexpr int64_t kMaxTargetIndex = 100'000;
@@ -83,17 +84,6 @@ class GlobalScope : public Scope {
  private:
   std::map<std::string, Slot, std::less<>> bindings_;
 };
-
-/// `list[i][j] = value` on immutable values, padding with nulls (as the interpreter binds fan-out names).
-Value assign_at(const Value& current, std::span<const int64_t> indices, const Value& value) {
-  if (indices.empty()) return value;
-  expr::List items;
-  if (current.type() == Type::List) items = current.as_list();
-  const size_t i = size_t(indices[0]);
-  if (items.size() <= i) items.resize(i + 1);
-  items[i] = assign_at(items[i], indices.subspan(1), value);
-  return Value::list(std::move(items));
-}
 
 /// Appends every message in a value (at any depth), in order; false if something else is in it.
 bool flatten_messages(const Value& value, std::vector<size_t>& out) {

@@ -32,6 +32,7 @@ using dsl::expr::MapScope;
 using dsl::expr::Scope;
 using dsl::expr::Type;
 using dsl::expr::Value;
+using dsl::expr::assign_at;
 using model::Token;
 
 /// The largest index an `as` target may write (keeps a typo like `a[10**9]` from allocating a huge list).
@@ -72,17 +73,6 @@ std::string role_name(dsl::Role role) {
       return "";
   }
   return "";
-}
-
-/// `list[i][j] = value` on immutable values: copies the lists along the path, padding with nulls.
-Value assign_at(const Value& current, std::span<const int64_t> indices, const Value& value) {
-  if (indices.empty()) return value;
-  dsl::expr::List items;
-  if (current.type() == Type::List) items = current.as_list();
-  const size_t i = size_t(indices[0]);
-  if (items.size() <= i) items.resize(i + 1);
-  items[i] = assign_at(items[i], indices.subspan(1), value);
-  return Value::list(std::move(items));
 }
 
 /// Appends the messages of a parent value (a message, or nested lists of messages) in order.

@@ -268,3 +268,15 @@ TEST_CASE("expr: templates substitute, escape and report free names") {
   CHECK(names[1].name == "xs");
   CHECK(parse_template("plain text }}", kHere).is_constant());
 }
+
+TEST_CASE("expr: assign_at copies and pads the lists along the path, as fan-out names bind") {
+  using namespace choreo::dsl::expr;
+  const Value seven = Value::integer(7);
+  const std::vector<int64_t> two{2}, zero_one{0, 1};
+  CHECK(to_json(assign_at(Value::null(), two, seven)) == "[null, null, 7]");
+  const Value one = Value::list({Value::integer(1)});
+  // A non-list on the path becomes a list; the original value is left as it was.
+  CHECK(to_json(assign_at(one, zero_one, seven)) == "[[null, 7]]");
+  CHECK(to_json(one) == "[1]");
+  CHECK(to_json(assign_at(one, {}, seven)) == "7");
+}
