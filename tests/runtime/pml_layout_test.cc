@@ -189,7 +189,7 @@ TEST_CASE("pml errors: prompts that do not fit their schema") {
 }
 
 TEST_CASE("pml chat roles: a schema of turns assembles into exactly the model's chat prompt (SmolLM2, ChatML)") {
-  Loaded smol(testing::require_file(testing::default_model()));
+  Loaded& smol = testing::smollm2();
   const model::Model& m = *smol.model;
   REQUIRE(m.chat_format() == model::ChatFormat::ChatML);
   Layout l = lay_out(dsl::pml::parse_schema(R"(<schema name="chat">
@@ -227,7 +227,7 @@ namespace {
 TEST_CASE("pml: the shipped schemas load, lay out for SmolLM2 and accept their example prompts") {
   const char* source = std::getenv("CHOREO_SOURCE_DIR");
   const std::string root = source ? source : ".";
-  Loaded smol(testing::require_file(testing::default_model()));
+  Loaded& smol = testing::smollm2();
   const model::Model& m = *smol.model;
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"travel.pml", "<prompt schema=\"travel\"><trip duration=\"5\"><abroad><kyoto/></abroad></trip>"
