@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes the GGUF reader, then the other targets below (workflow YAML, expressions, PML, tokenizers, exec calls
-# files, eval data and results files), with libFuzzer + ASan + UBSan.
+# files, eval data and results files, store entries), with libFuzzer + ASan + UBSan.
 #   scripts/fuzz.sh [seconds=60]      (each target runs for that many seconds)
 # Builds build-fuzz/ with clang (the whole library instrumented), seeds build-fuzz/gguf-corpus with the shared
 # GGUF files and writer-made files, runs for the given time and exits non-zero on any crash, leak or timeout
@@ -227,3 +227,18 @@ cat >"$eval_data_dict" <<'DICT'
 "1e999"
 DICT
 fuzz_run eval_data_fuzz "$eval_data_corpus" "$eval_data_dict" 8192 20
+
+# ---- the persistent store's entry files (runtime/store/entry_format): raw bytes, and entries built from the
+# input, encoded, then corrupted -------------------------------------------------------------------------------
+ninja -C "$build" -j2 store_entry_fuzz
+store_corpus="$build/store-entry-corpus"
+mkdir -p "$store_corpus"
+printf 'CHOREOKV\001\000\000\000' >"$store_corpus/seed_raw"
+printf '\001abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ' >"$store_corpus/seed_structured"
+store_dict="$build/store-entry.dict"
+cat >"$store_dict" <<'DICT'
+"CHOREOKV"
+"\x01\x00\x00\x00"
+"\xff\xff\xff\xff"
+DICT
+fuzz_run store_entry_fuzz "$store_corpus" "$store_dict" 4096 20

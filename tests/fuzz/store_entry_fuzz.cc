@@ -1,0 +1,113 @@
+// libFuzzer target for the persistent store's entry format (runtime/store/entry_format): parse_entry promises
+// to take any bytes without reading out of bounds. Two modes, picked by the first byte:
+// - raw: the rest is an entry file. It must parse or be refused; a parsed entry's pages must end exactly at
+//   the end of the file, and checking every page must stay in bounds.
+// - structured: the rest describes an entry (counts, strings, layout, tokens, parents), which is encoded and
+//   must parse back to the same metadata; then one byte chosen by the input is flipped, or the file is cut,
+//   and the result must again parse or be refused, never crash.
+// Checksums make random bytes rarely reach the fields past the header's checksum; the structured mode
+// reaches them.
+
+#include <xxhash.h>
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/store/entry_format.h"
+
+namespace {
+
+using namespace choreo::store;
+
+/// Reads bytes from the input in order; zeros once it runs out.
+struct Reader {
+  const uint8_t* data;
+  size_t size, at = 0;
+  uint8_t byte() { return at < size ? data[at++] : 0; }
+  uint32_t u32() {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= uint32_t(byte()) << (8 * i);
+    return v;
+  }
+  uint64_t u64() { return uint64_t(u32()) | (uint64_t(u32()) << 32); }
+  std::string text(size_t n) {
+    std::string s;
+    for (size_t i = 0; i < n; ++i) s.push_back(static_cast<char>(byte()));
+    return s;
+  }
+};
+
+void check_parsed(std::span<const uint8_t> file, const ParsedEntry& parsed) {
+  if (parsed.problem != EntryProblem::Ok) {
+    if (describe(parsed.problem).empty()) __builtin_trap();
+    return;
+  }
+  const size_t n_pages = parsed.meta.n_pages();
+  if (parsed.page_checksums.size() != n_pages) __builtin_trap();
+  if (parsed.pages_offset + n_pages * parsed.meta.page_bytes() != file.size()) __builtin_trap();
+  for (size_t i = 0; i < n_pages; ++i) (void)page_intact(file, parsed, i);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  if ((data[0] & 1) == 0) {
+    const std::span<const uint8_t> file(data + 1, size - 1);
+    check_parsed(file, parse_entry(file));
+    return 0;
+  }
+  Reader in{data + 1, size - 1};
+  EntryMeta meta;
+  meta.model_fingerprint = in.u64();
+  meta.content_key = in.u64();
+  meta.tag = in.u64();
+  meta.created_unix_ms = in.u64();
+  meta.layout.page_tokens = 1 + in.byte() % 8;
+  meta.layout.n_layers = 1 + in.byte() % 3;
+  meta.layout.n_kv_heads = 1 + in.byte() % 3;
+  meta.layout.head_dim = 1 + in.byte() % 8;
+  meta.start_pos = static_cast<int32_t>(in.u32() & 0x7fffffff);
+  meta.visibility = in.byte() % 2;
+  const size_t n_tokens = 1 + in.byte() % 40, n_parents = in.byte() % 6;
+  for (size_t i = 0; i < n_tokens; ++i) meta.tokens.push_back(static_cast<int32_t>(in.u32()));
+  for (size_t i = 0; i < n_parents; ++i) meta.parents.push_back({in.u64(), static_cast<int64_t>(in.u64())});
+  meta.agent = in.text(in.byte() % 24);
+  meta.model_name = in.text(in.byte() % 24);
+  // Pages: bytes from the input (any float bit patterns), with their checksums.
+  const size_t page_bytes = meta.page_bytes();
+  std::vector<uint8_t> pages(meta.n_pages() * page_bytes);
+  for (uint8_t& b : pages) b = in.byte();
+  std::vector<uint64_t> sums;
+  for (size_t i = 0; i < meta.n_pages(); ++i) sums.push_back(XXH3_64bits(pages.data() + i * page_bytes, page_bytes));
+  std::vector<uint8_t> file = encode_header(meta, sums);
+  if (file.size() != header_bytes(meta)) __builtin_trap();
+  file.insert(file.end(), pages.begin(), pages.end());
+
+  const ParsedEntry parsed = parse_entry(file);
+  if (parsed.problem != EntryProblem::Ok) __builtin_trap();  // what encode_header wrote must read back
+  const EntryMeta& m = parsed.meta;
+  if (m.model_fingerprint != meta.model_fingerprint || m.content_key != meta.content_key || m.tag != meta.tag ||
+      m.created_unix_ms != meta.created_unix_ms || m.tokens != meta.tokens || m.parents != meta.parents ||
+      m.agent != meta.agent || m.model_name != meta.model_name || m.start_pos != meta.start_pos ||
+      m.visibility != meta.visibility || m.layout.page_tokens != meta.layout.page_tokens ||
+      m.layout.n_layers != meta.layout.n_layers || m.layout.n_kv_heads != meta.layout.n_kv_heads ||
+      m.layout.head_dim != meta.layout.head_dim || parsed.page_checksums != sums)
+    __builtin_trap();
+  for (size_t i = 0; i < m.n_pages(); ++i)
+    if (!page_intact(file, parsed, i)) __builtin_trap();
+
+  // One corruption: flip a byte, or cut the file.
+  const uint32_t where = in.u32();
+  const uint8_t how = in.byte();
+  if (how & 1) {
+    file.resize(where % file.size());
+  } else {
+    file[where % file.size()] ^= static_cast<uint8_t>(how | 2);
+  }
+  check_parsed(file, parse_entry(file));
+  return 0;
+}
