@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "runtime/common/atomic_file.h"
 #include "runtime/common/error.h"
 #include "runtime/model/gguf.h"
 
@@ -354,8 +355,11 @@ std::vector<uint8_t> Writer::to_bytes() const {
   return bytes;
 }
 
-void Writer::write(const std::string& path) const {
+void Writer::write(const std::string& output) const {
   Layout layout = make_layout(kv_, alignment_, tensors_);
+  // The file is written beside its final place and renamed there: a symlink's target is replaced, and a
+  // device or other non-regular file is refused (renaming over /dev/null would replace the device).
+  const std::string path = rename_target(output, "-o");
   std::filesystem::path final_path(path);
   TempFile temp;
   temp.path =

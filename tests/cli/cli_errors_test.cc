@@ -12,6 +12,7 @@
 
 #include "kernels/backend.h"
 #include "runtime/common/error.h"
+#include "tests/scratch_dir.h"
 #include "tests/cli_process.h"
 #include "tests/test_models.h"
 #include "tests/test_paths.h"
@@ -21,18 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Scratch {
-  fs::path path;
-  Scratch() {
-    path = fs::temp_directory_path() / ("choreo-cli-errors-" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using Scratch = testing::ScratchDir;
 
 struct BadCall {
   std::vector<std::string> args;

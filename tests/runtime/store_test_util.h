@@ -1,6 +1,6 @@
 #pragma once
-// Helpers shared by the persistent-store tests: scratch directories and synthetic entries whose page bytes
-// are a pure function of the key (so any reader can recompute what must be there).
+// Helpers shared by the persistent-store tests: synthetic entries whose page bytes are a pure function of
+// the key (so any reader can recompute what must be there).
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -12,25 +12,9 @@
 #include <vector>
 
 #include "runtime/store/entry_format.h"
+#include "tests/scratch_dir.h"
 
 namespace choreo::testing {
-
-/// A fresh directory under the temp dir, removed with everything in it when the object dies.
-struct ScratchDir {
-  std::filesystem::path path;
-  ScratchDir() {
-    static std::atomic<int> counter{0};
-    path = std::filesystem::temp_directory_path() /
-           fmt::format("choreo-store-test-{}-{}", ::getpid(), counter.fetch_add(1));
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  std::string str() const { return path.string(); }
-};
 
 /// An entry with synthetic tokens and K/V, deterministic in (key, n_tokens, layout).
 struct SyntheticEntry {
