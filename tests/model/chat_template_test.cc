@@ -15,6 +15,7 @@
 
 #include "runtime/common/error.h"
 #include "runtime/model/gguf.h"
+#include "tests/reference/reference.h"
 #include "tests/test_paths.h"
 
 using choreo::InputError;
@@ -53,36 +54,20 @@ std::vector<Conversation> conversations() {
   return out;
 }
 
-fs::path reference_dir() {
-  if (const char* src = std::getenv("CHOREO_SOURCE_DIR")) return fs::path(src) / "tests" / "reference";
-  return fs::path(__FILE__).parent_path().parent_path() / "reference";
-}
-
 /// Runs tests/reference/chat_template_ref.py on the conversations (and `model`'s own template if given).
 json reference_renderings(const std::vector<Conversation>& convs, const std::string& model = "") {
-  if (std::system("python3 -c 'import llama_cpp, jinja2' >/dev/null 2>&1") != 0) {
-    FAIL("python3 cannot import llama_cpp and jinja2 (the reference implementations) — run scripts/setup.sh");
-  }
   json input = json::array();
   for (const auto& c : convs) {
     json messages = json::array();
     for (const auto& m : c.messages) messages.push_back({{"role", m.role}, {"content", m.content}});
     input.push_back({{"messages", messages}, {"add_generation_prompt", c.add_generation_prompt}});
   }
-  const fs::path path = fs::temp_directory_path() / fmt::format("choreo_chat_cases_{}.json", getpid());
+  choreo::testing::ScratchDir dir;
+  const fs::path path = dir.path / "cases.json";
   std::ofstream(path) << input.dump();
-  std::string command =
-      fmt::format("python3 '{}' '{}'", (reference_dir() / "chat_template_ref.py").string(), path.string());
-  if (!model.empty()) command += fmt::format(" '{}'", model);
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string output;
-  char buffer[65536];
-  for (size_t n; (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
-  const int status = pclose(pipe);
-  fs::remove(path);
-  REQUIRE_MESSAGE(status == 0, "reference script failed: ", command);
-  return json::parse(output);
+  std::vector<std::string> arguments{path.string()};
+  if (!model.empty()) arguments.push_back(model);
+  return json::parse(choreo::testing::run_reference_script("chat_template_ref.py", arguments, dir.path));
 }
 
 std::string describe(const Conversation& c) {

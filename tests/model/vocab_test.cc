@@ -19,6 +19,7 @@
 
 #include "runtime/common/error.h"
 #include "runtime/model/gguf.h"
+#include "tests/reference/reference.h"
 #include "tests/test_paths.h"
 
 using choreo::InputError;
@@ -101,32 +102,12 @@ std::string replace_all(std::string_view text, std::string_view from, std::strin
 
 std::string ids_to_string(const std::vector<Token>& ids) { return fmt::format("[{}]", fmt::join(ids, ", ")); }
 
-/// Where tests/reference lives: $CHOREO_SOURCE_DIR/tests/reference, or next to this file.
-fs::path reference_dir() {
-  if (const char* src = std::getenv("CHOREO_SOURCE_DIR")) return fs::path(src) / "tests" / "reference";
-  return fs::path(__FILE__).parent_path().parent_path() / "reference";
-}
-
 /// Runs tests/reference/tokenize_ref.py (llama.cpp through llama-cpp-python) on `cases`.
 json llama_cpp_reference(const std::string& model, const json& cases, bool with_pieces) {
-  if (std::system("python3 -c 'import llama_cpp' >/dev/null 2>&1") != 0) {
-    FAIL(
-        "python3 cannot import llama_cpp (llama-cpp-python, the reference implementation) — run "
-        "scripts/setup.sh");
-  }
-  const fs::path input = fs::temp_directory_path() / fmt::format("choreo_vocab_cases_{}.json", getpid());
+  choreo::testing::ScratchDir dir;
+  const fs::path input = dir.path / "cases.json";
   std::ofstream(input) << json{{"cases", cases}, {"with_pieces", with_pieces}}.dump();
-  const std::string command = fmt::format(
-      "python3 '{}' '{}' '{}'", (reference_dir() / "tokenize_ref.py").string(), model, input.string());
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string output;
-  char buffer[65536];
-  for (size_t n; (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
-  const int status = pclose(pipe);
-  fs::remove(input);
-  REQUIRE_MESSAGE(status == 0, "reference script failed: ", command);
-  return json::parse(output);
+  return json::parse(choreo::testing::run_reference_script("tokenize_ref.py", {model, input.string()}, dir.path));
 }
 
 std::string hex(std::string_view bytes) {

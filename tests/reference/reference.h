@@ -1,6 +1,7 @@
 #pragma once
-// Runs llama.cpp (through llama-cpp-python, tests/reference/llama_ref.py) to get reference tokens,
-// greedy continuations and logits. A missing Python or package fails the test with a hint.
+// Runs the reference tools in tests/reference (llama.cpp through llama-cpp-python) with the reference Python
+// ($CHOREO_PYTHON, which scripts/test.sh points at setup.sh's venv; else python3). A missing Python or package
+// fails the test with a hint.
 
 #include <cstdint>
 #include <cstdio>
@@ -14,6 +15,8 @@
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
+
+#include "tests/scratch_dir.h"
 
 namespace choreo::testing {
 
@@ -68,53 +71,51 @@ inline std::vector<std::string> smollm2_prompts() {
       .get<std::vector<std::string>>();
 }
 
-/// A model converted to F32 by llama.cpp's quantize tool (tests/reference/llama_dequantize.py), in a temporary
+/// Runs tests/reference/`script` with the reference Python and `arguments` (each quoted), reading stdin from
+/// `input` when given, with its stdout and stderr in files under `dir`; returns its stdout. A failure fails
+/// the test with the script's stderr and a hint.
+inline std::string run_reference_script(const std::string& script, const std::vector<std::string>& arguments,
+                                        const std::filesystem::path& dir, const std::filesystem::path& input = {}) {
+  const auto quoted = [](const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  };
+  std::string cmd = python_exe() + " " + quoted(source_file("tests/reference/" + script).string());
+  for (const std::string& a : arguments) cmd += " " + quoted(a);
+  if (!input.empty()) cmd += " < " + quoted(input.string());
+  cmd += " > " + quoted((dir / "stdout.txt").string()) + " 2> " + quoted((dir / "stderr.txt").string());
+  const int rc = std::system(cmd.c_str());
+  const auto read = [](const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  REQUIRE_MESSAGE(rc == 0, script, " failed (", cmd, "): ", read(dir / "stderr.txt"),
+                  "\nhint: run scripts/setup.sh (installs llama-cpp-python) and set CHOREO_PYTHON to its python");
+  return read(dir / "stdout.txt");
+}
+
+/// A model converted to F32 by llama.cpp's quantize tool (tests/reference/llama_dequantize.py), in a scratch
 /// directory removed with this object.
 class DequantizedModel {
  public:
-  explicit DequantizedModel(const std::string& model) {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("choreo-f32-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
-    std::filesystem::create_directories(dir_);
-    path_ = dir_ / "model-f32.gguf";
-    std::string cmd = python_exe() + " " + source_file("tests/reference/llama_dequantize.py").string() + " " +
-                      model + " " + path_.string() + " > " + (dir_ / "log.txt").string() + " 2>&1";
-    int rc = std::system(cmd.c_str());
-    std::ifstream log_in(dir_ / "log.txt");
-    std::string log((std::istreambuf_iterator<char>(log_in)), {});
-    REQUIRE_MESSAGE(rc == 0, "llama.cpp's F32 conversion failed (", cmd, "): ", log,
-                    "\nhint: run scripts/setup.sh (installs llama-cpp-python) and set CHOREO_PYTHON to its python");
+  explicit DequantizedModel(const std::string& model) : path_(dir_.path / "model-f32.gguf") {
+    run_reference_script("llama_dequantize.py", {model, path_.string()}, dir_.path);
   }
-  ~DequantizedModel() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  DequantizedModel(const DequantizedModel&) = delete;
-  DequantizedModel& operator=(const DequantizedModel&) = delete;
   std::string path() const { return path_.string(); }
 
  private:
-  std::filesystem::path dir_, path_;
+  ScratchDir dir_;
+  std::filesystem::path path_;
 };
 
 /// Asks llama.cpp for every prompt's tokens, greedy continuation (n_predict tokens) and final logits.
 inline std::vector<ReferenceRun> llama_cpp_reference(const std::string& model, const std::vector<std::string>& prompts,
                                                      int n_predict) {
-  std::filesystem::path script = source_file("tests/reference/llama_ref.py");
-  std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                              ("choreo-ref-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
-  std::filesystem::create_directories(dir);
-  nlohmann::json req = {{"model", model}, {"prompts", prompts}, {"n_predict", n_predict}, {"threads", 2}};
-  std::ofstream(dir / "req.json") << req.dump();
-  std::string cmd = python_exe() + " " + script.string() + " < " + (dir / "req.json").string() + " > " +
-                    (dir / "out.json").string() + " 2> " + (dir / "err.txt").string();
-  int rc = std::system(cmd.c_str());
-  std::ifstream err_in(dir / "err.txt");
-  std::string err((std::istreambuf_iterator<char>(err_in)), {});
-  REQUIRE_MESSAGE(rc == 0, "llama.cpp reference failed (", cmd, "): ", err,
-                  "\nhint: run scripts/setup.sh (installs llama-cpp-python) and set CHOREO_PYTHON to its python");
-  nlohmann::json out = nlohmann::json::parse(std::ifstream(dir / "out.json"));
-  std::filesystem::remove_all(dir);
+  ScratchDir dir;
+  const nlohmann::json req = {{"model", model}, {"prompts", prompts}, {"n_predict", n_predict}, {"threads", 2}};
+  std::ofstream(dir.path / "req.json") << req.dump();
+  const nlohmann::json out = nlohmann::json::parse(run_reference_script("llama_ref.py", {}, dir.path, dir.path / "req.json"));
   std::vector<ReferenceRun> runs;
   for (const auto& r : out["results"]) {
     ReferenceRun run;
