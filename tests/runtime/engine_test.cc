@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <random>
 
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "runtime/model/synth.h"
 #include "tests/runtime/reference_model.h"
 #include "tests/test_models.h"
+#include "tests/scratch_dir.h"
 #include "tests/test_paths.h"
 
 namespace choreo {
@@ -58,12 +60,21 @@ std::vector<std::vector<float>> plain_steps(const model::Model& m, const std::ve
   return steps;
 }
 
-/// A small random-weight F32 model of a given shape (written once per process into the temp directory).
-std::string synthetic(model::SynthShape shape) {
-  std::string path = (std::filesystem::temp_directory_path() /
-                      fmt::format("choreo-test-{}-{}.gguf", shape.name, ::getpid())).string();
-  if (!std::filesystem::exists(path)) model::write_synthetic_model(shape, kernels::DType::F32, path, 11);
-  return path;
+/// A model that `write` writes to the path it is given (NAME.gguf), loaded. The file lives in a scratch
+/// directory that is removed once the model has mapped it (before, every run left its models in the temp
+/// directory).
+Loaded load_written(const std::string& name, const std::function<void(const std::string&)>& write) {
+  testing::ScratchDir dir;
+  const std::string path = (dir.path / (name + ".gguf")).string();
+  write(path);
+  return Loaded(path);
+}
+
+/// A small random-weight F32 model of a given shape.
+Loaded synthetic(const model::SynthShape& shape) {
+  return load_written(std::string(shape.name), [&](const std::string& path) {
+    model::write_synthetic_model(shape, kernels::DType::F32, path, 11);
+  });
 }
 
 /// SmolLM2's attention shape (no BOS, 9 heads over 3 KV heads of 64), fewer layers and a smaller vocab.
@@ -124,9 +135,9 @@ void master_equivalence(const model::Model& m, double rel_tol, double tie_tol) {
 TEST_CASE("master equivalence: C decoded over [A, B] (B encoded over [A]) equals a plain run on A+B+C") {
   // Float models: equal to float rounding (the property itself).
   master_equivalence(*stories().model, 1e-5, 0.0);
-  Loaded smol_like(synthetic(smollm2_like()));
+  Loaded smol_like = synthetic(smollm2_like());
   master_equivalence(*smol_like.model, 1e-5, 0.0);
-  Loaded l3_like(synthetic(llama3_like()));
+  Loaded l3_like = synthetic(llama3_like());
   master_equivalence(*l3_like.model, 1e-5, 0.0);
   // The real quantised model: matmuls quantise activations to 8 bits (as llama.cpp does), which turns
   // float-rounding differences of 1e-7 (the two runs group attention sums differently) into logit
@@ -137,8 +148,8 @@ TEST_CASE("master equivalence: C decoded over [A, B] (B encoded over [A]) equals
 }
 
 /// stories260K with add_bos = false, so a message's encoding depends only on relative positions.
-std::string stories_without_bos() {
-  static std::string path = [] {
+Loaded stories_without_bos() {
+  return load_written("stories260K-nobos", [](const std::string& path) {
     gguf::File f = gguf::File::open(testing::shared_file("models/stories260K.gguf"));
     gguf::Writer w(f.alignment());
     for (const auto& [k, v] : f.metadata())
@@ -146,11 +157,8 @@ std::string stories_without_bos() {
     w.set_bool("tokenizer.ggml.add_bos_token", false);
     for (const gguf::TensorInfo& t : f.tensors())
       w.add_tensor(t.name, t.shape, t.type, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
-    std::string out = (std::filesystem::temp_directory_path() / ("choreo-nobos-" + std::to_string(::getpid()) + ".gguf")).string();
-    w.write(out);
-    return out;
-  }();
-  return path;
+    w.write(path);
+  });
 }
 
 std::vector<std::vector<float>> decode_logits(Engine& e, std::vector<Parent> parents, const std::vector<model::Token>& header,
@@ -166,7 +174,7 @@ std::vector<std::vector<float>> decode_logits(Engine& e, std::vector<Parent> par
 }
 
 TEST_CASE("repositioning: encoded at p == encoded at 0 and placed at p by query rotation == by key re-rotation") {
-  Loaded nobos(stories_without_bos());
+  Loaded nobos = stories_without_bos();
   const model::Model& m = *nobos.model;
   REQUIRE_FALSE(m.vocab().add_bos());
   auto msg = text(m, "Lily saw a big dog in the park.");
