@@ -166,8 +166,7 @@ void register_encode(CLI::App& app) {
       ->check(CLI::Range(0.0f, 100.0f));
   cmd->add_option("-s,--seed", o->seed, "sampling seed");
   cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget in MiB (default 4096)")->check(at_least(1));
-  cmd->add_option("--page-tokens", o->page_tokens, "tokens per KV page (default 32)")
-      ->check(CLI::Range(1, 4096));
+  add_page_tokens_option(*cmd, o->page_tokens);
   cmd->add_option(
       "--cache-dir", o->cache_dir,
       "persistent store directory (default: $CHOREO_CACHE_DIR, else the XDG cache; docs/store.md)");

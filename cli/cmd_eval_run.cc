@@ -185,8 +185,7 @@ void add_eval_run(CLI::App& eval_group) {
                  "from; the baselines never read it (default: none)");
   cmd.add_option("--cache-mib", o->cache_mib, "KV page pool budget per mode in MiB (default 4096)")
       ->check(at_least(1));
-  cmd.add_option("--page-tokens", o->page_tokens, "tokens per KV page (default 32)")
-      ->check(CLI::Range(1, 4096));
+  add_page_tokens_option(cmd, o->page_tokens);
   cmd.add_flag("--json", o->json, "print the closing summary as JSON");
   cmd.add_flag("--fsync", o->sync,
                "fsync the results file after every row (survives power loss, not only kills)");

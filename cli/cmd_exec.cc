@@ -50,8 +50,7 @@ void register_exec(CLI::App& app) {
       ->check(CLI::IsMember({"choreo", "prefix", "naive"}));
   cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget in MiB (default 4096)")
       ->check(at_least(1));
-  cmd->add_option("--page-tokens", o->page_tokens, "tokens per KV page (default 32)")
-      ->check(CLI::Range(1, 4096));
+  add_page_tokens_option(*cmd, o->page_tokens);
   cmd->callback([o] { run_exec(*o); });
 }
 

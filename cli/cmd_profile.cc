@@ -190,7 +190,7 @@ void register_profile(CLI::App& app) {
   cmd->add_option("--json", o->json_path, "write the raw per-instance numbers as JSON here");
   cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget per mode in MiB (default 4096)")
       ->check(at_least(1));
-  cmd->add_option("--page-tokens", o->page_tokens, "tokens per KV page (default 32)")->check(CLI::Range(1, 4096));
+  add_page_tokens_option(*cmd, o->page_tokens);
   cmd->callback([o] { run_profile(*o); });
 }
 

@@ -49,10 +49,15 @@ CLI::Validator at_least(long min) {
       fmt::format("INT>={}", min));
 }
 
+void add_page_tokens_option(CLI::App& cmd, int& page_tokens) {
+  cmd.add_option("--page-tokens", page_tokens, "tokens per KV page (default 32)")
+      ->check(CLI::Range(1, kernels::kMaxPageTokens));
+}
+
 void add_model_options(CLI::App& cmd, std::string& model_path, int& n_threads) {
   cmd.add_option("-m,--model", model_path, "GGUF model file (default: $CHOREO_MODEL or the model setup installed)");
   cmd.add_option("-t,--threads", n_threads, "threads (default: all cores)")
-      ->check(CLI::Range(0, kernels::kMaxThreads).description("0 (all cores) to 512"));
+      ->check(CLI::Range(0, kernels::kMaxThreads).description(fmt::format("0 (all cores) to {}", kernels::kMaxThreads)));
 }
 
 }  // namespace choreo::cli

@@ -36,6 +36,9 @@ void add_pairs_option(CLI::App& cmd, const std::string& name, std::vector<std::s
 /// PositiveNumber print the whole range of a double).
 CLI::Validator at_least(long min);
 
+/// Adds `--page-tokens` (tokens per KV page, 1 to kernels::kMaxPageTokens) to a subcommand.
+void add_page_tokens_option(CLI::App& cmd, int& page_tokens);
+
 /// Adds `-m/--model` and `-t/--threads` to a subcommand.
 void add_model_options(CLI::App& cmd, std::string& model_path, int& n_threads);
 

@@ -35,6 +35,9 @@ struct RopeParams {
 /// Layout of one KV page (page_tokens tokens, every layer). K is stored head-dimension-major per layer and KV
 /// head, [n_layers][n_kv_heads][head_dim][page_tokens], so attention reads a head's keys as a ready
 /// [head_dim x page_tokens] tile; V is token-major, [n_layers][page_tokens][n_kv_heads * head_dim].
+/// The most tokens a KV page may hold (the --page-tokens bound).
+constexpr int kMaxPageTokens = 4096;
+
 struct KvLayout {
   int page_tokens = 32;
   int n_layers = 0;

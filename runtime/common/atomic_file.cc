@@ -28,6 +28,11 @@ void write_all(int fd, std::string_view content, const std::string& path, const 
   }
 }
 
+/// A file that is written in place rather than replaced: a character device (/dev/null) or a FIFO (a pipe).
+bool written_in_place(const std::filesystem::file_status& status) {
+  return std::filesystem::is_character_file(status) || std::filesystem::is_fifo(status);
+}
+
 }  // namespace
 
 std::string rename_target(const std::string& path, std::string_view flag) {
@@ -52,7 +57,7 @@ void write_file_atomically(const std::string& path, std::string_view content) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
-  if (!ec && (fs::is_character_file(status) || fs::is_fifo(status))) {
+  if (!ec && written_in_place(status)) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) throw RuntimeFailure(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
     write_all(fd, content, path, {});
@@ -75,7 +80,7 @@ void check_writable(const std::string& path, std::string_view flag) {
   std::error_code ec;
   const std::filesystem::file_status status = std::filesystem::status(path, ec);
   if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status) &&
-      !std::filesystem::is_character_file(status) && !std::filesystem::is_fifo(status))
+      !written_in_place(status))
     throw InputError(fmt::format("{} {}: not a regular file", flag, path), "give the path of a file to write");
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   if (dir.empty()) dir = ".";

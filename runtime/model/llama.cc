@@ -183,8 +183,9 @@ kernels::RopeParams Model::rope_params() const {
 }
 
 kernels::KvLayout Model::kv_layout(int page_tokens) const {
-  if (page_tokens < 1 || page_tokens > 4096)
-    throw InputError(fmt::format("{} tokens per KV page; a page holds 1 to 4096 tokens", page_tokens),
+  if (page_tokens < 1 || page_tokens > kernels::kMaxPageTokens)
+    throw InputError(fmt::format("{} tokens per KV page; a page holds 1 to {} tokens", page_tokens,
+                                 kernels::kMaxPageTokens),
                      "the default is 32");
   kernels::KvLayout kv;
   kv.page_tokens = page_tokens;
