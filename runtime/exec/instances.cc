@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/common/error.h"
+#include "runtime/exec/json_line.h"
 #include "runtime/exec/leak_guard.h"
 #include "runtime/exec/scheduler.h"
 
@@ -26,17 +27,14 @@ std::vector<InputRow> read_input_rows(const std::string& path, const dsl::Workfl
   while (std::getline(in, line)) {
     ++number;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json row;
-    try {
-      row = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw InputError(fmt::format("line {} is not valid JSON: {}", number, e.what()),
+    // The same reading as every other JSON-lines input (exec calls, eval data and results).
+    const JsonLine parsed = parse_json_line(number, line);
+    if (!parsed.json_error.empty())
+      throw InputError(fmt::format("line {} is not valid JSON: {}", number, parsed.json_error),
                        "write one JSON object per line, e.g. {\"problem\": \"What is 2+2?\"}",
-                       SourceLocation{path, number, int(std::min<size_t>(e.byte, line.size() + 1))}, line);
-    } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double range
-      throw InputError(fmt::format("line {} cannot be read: {}", number, e.what()),
-                       "write numbers within double range", SourceLocation{path, number, 0}, line);
-    }
+                       SourceLocation{path, number, int(std::min<size_t>(parsed.json_error_byte, line.size() + 1))},
+                       line);
+    const nlohmann::json& row = parsed.value;
     if (!row.is_object())
       throw InputError(fmt::format("line {} is a JSON {}, not an object", number, row.type_name()),
                        "write one JSON object per line", SourceLocation{path, number, 1}, line);
