@@ -8,10 +8,10 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
+
+#include "tests/scratch_dir.h"
 
 extern char** environ;
 
@@ -30,11 +30,6 @@ struct ProcessResult {
   int signal = 0;       // when killed
   std::string out, err;
 };
-
-inline std::string read_whole(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
 
 /// Runs `binary args...` to the end with stdout and stderr captured (through files in `scratch`).
 inline ProcessResult run_process(const std::string& binary, const std::vector<std::string>& args,
@@ -63,8 +58,8 @@ inline ProcessResult run_process(const std::string& binary, const std::vector<st
   result.exited = WIFEXITED(status);
   result.exit_code = result.exited ? WEXITSTATUS(status) : -1;
   result.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-  result.out = read_whole(out_path);
-  result.err = read_whole(err_path);
+  result.out = read_file(out_path);
+  result.err = read_file(err_path);
   return result;
 }
 

@@ -1,11 +1,13 @@
 #pragma once
-// A scratch directory for tests that write files.
+// Files for tests: a scratch directory to write in, and reading a whole file back.
 
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 namespace choreo::testing {
@@ -26,5 +28,11 @@ struct ScratchDir {
   }
   std::string str() const { return path.string(); }
 };
+
+/// The whole content of a file (empty when it cannot be read).
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
 
 }  // namespace choreo::testing

@@ -10,13 +10,12 @@
 
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <string>
 
 #include "runtime/common/atomic_file.h"
 #include "runtime/common/error.h"
-#include "tests/scratch_dir.h"
 #include "runtime/model/gguf.h"
+#include "tests/scratch_dir.h"
 
 namespace choreo {
 namespace {
@@ -25,10 +24,7 @@ namespace fs = std::filesystem;
 
 using Scratch = testing::ScratchDir;
 
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
+using testing::read_file;
 
 TEST_CASE("atomic writes: a regular file is replaced; a symlink keeps pointing at its replaced target") {
   Scratch s;
@@ -39,13 +35,13 @@ TEST_CASE("atomic writes: a regular file is replaced; a symlink keeps pointing a
   write_file_atomically(chain.string(), "new");
   CHECK(fs::is_symlink(fs::symlink_status(link)));
   CHECK(fs::is_symlink(fs::symlink_status(chain)));
-  CHECK(read_all(real) == "new");
+  CHECK(read_file(real) == "new");
   write_file_atomically(real.string(), "newer");
-  CHECK(read_all(real) == "newer");
+  CHECK(read_file(real) == "newer");
   // A dangling link creates its target.
   fs::create_symlink("made.json", s.path / "dangling.json");
   write_file_atomically((s.path / "dangling.json").string(), "made");
-  CHECK(read_all(s.path / "made.json") == "made");
+  CHECK(read_file(s.path / "made.json") == "made");
   CHECK(fs::is_symlink(fs::symlink_status(s.path / "dangling.json")));
 }
 

@@ -86,13 +86,9 @@ inline std::string run_reference_script(const std::string& script, const std::ve
   if (!input.empty()) cmd += " < " + quoted(input.string());
   cmd += " > " + quoted((dir / "stdout.txt").string()) + " 2> " + quoted((dir / "stderr.txt").string());
   const int rc = std::system(cmd.c_str());
-  const auto read = [](const std::filesystem::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    return std::string((std::istreambuf_iterator<char>(in)), {});
-  };
-  REQUIRE_MESSAGE(rc == 0, script, " failed (", cmd, "): ", read(dir / "stderr.txt"),
+  REQUIRE_MESSAGE(rc == 0, script, " failed (", cmd, "): ", read_file(dir / "stderr.txt"),
                   "\nhint: run scripts/setup.sh (installs llama-cpp-python) and set CHOREO_PYTHON to its python");
-  return read(dir / "stdout.txt");
+  return read_file(dir / "stdout.txt");
 }
 
 /// A model converted to F32 by llama.cpp's quantize tool (tests/reference/llama_dequantize.py), in a scratch
