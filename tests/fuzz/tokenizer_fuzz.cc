@@ -17,6 +17,7 @@
 
 #include "runtime/common/error.h"
 #include "runtime/model/gguf.h"
+#include "runtime/model/unicode.h"
 #include "runtime/model/vocab.h"
 
 namespace {
@@ -70,39 +71,6 @@ const std::vector<Loaded>& vocabs() {
   return loaded;
 }
 
-/// Strict UTF-8: shortest forms, no surrogates, nothing above U+10FFFF.
-bool valid_utf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t n = 0;  // continuation bytes
-    uint32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    if ((c & 0xe0) == 0xc0) {
-      n = 1, cp = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      n = 2, cp = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      n = 3, cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + n >= s.size()) return false;
-    for (size_t k = 1; k <= n; ++k) {
-      const auto d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3f);
-    }
-    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000)) return false;
-    if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-    i += n + 1;
-  }
-  return true;
-}
-
 std::string spaces_for_u2581(std::string s) {
   const std::string mark = "\xe2\x96\x81";
   for (size_t at = s.find(mark); at != std::string::npos; at = s.find(mark, at + 1)) s.replace(at, mark.size(), " ");
@@ -114,7 +82,7 @@ std::string spaces_for_u2581(std::string s) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 4096) return 0;  // tokenisers are linear-ish; long inputs only slow the search down
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  const bool utf8 = valid_utf8(text);
+  const bool utf8 = choreo::model::is_strict_utf8(text);  // the oracle holds for well-formed text
   for (const Loaded& l : vocabs()) {
     const int n_vocab = l.vocab.n_tokens();
     for (bool parse_special : {false, true}) {
