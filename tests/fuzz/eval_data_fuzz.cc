@@ -18,6 +18,7 @@
 #include "runtime/common/error.h"
 #include "runtime/eval/dataset.h"
 #include "runtime/eval/results.h"
+#include "tests/fuzz/fuzz_common.h"
 
 namespace {
 
@@ -48,11 +49,7 @@ const std::string& scratch_path() {
   return path;
 }
 
-int line_count(std::string_view text) {
-  int n = 1;
-  for (char c : text) n += c == '\n';
-  return n;
-}
+using choreo::fuzz::line_count;
 
 void check_error(const choreo::InputError& e, int lines) {
   const choreo::SourceLocation& where = e.where();

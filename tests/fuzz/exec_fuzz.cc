@@ -18,21 +18,16 @@
 #include "runtime/engine/engine.h"
 #include "runtime/exec/calls.h"
 #include "runtime/model/llama.h"
+#include "tests/fuzz/fuzz_common.h"
 
 namespace {
 
 const choreo::model::Model& model() {
   static std::unique_ptr<choreo::kernels::Backend> backend = choreo::kernels::make_cpu_backend(1);
   static std::unique_ptr<choreo::model::Model> loaded = [] {
-    std::filesystem::path dir;
-    if (const char* shared = std::getenv("CHOREO_SHARED")) {
-      dir = shared;
-    } else {
-      const char* source = std::getenv("CHOREO_SOURCE_DIR");
-      dir = std::filesystem::path(source ? source : ".") / ".." / "shared";
-    }
     try {
-      return choreo::model::Model::load((dir / "models" / "stories260K.gguf").string(), *backend);
+      return choreo::model::Model::load((choreo::fuzz::shared_dir() / "models" / "stories260K.gguf").string(),
+                                        *backend);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "exec_fuzz: cannot load stories260K: %s (set CHOREO_SHARED)\n", e.what());
       std::abort();
@@ -41,11 +36,7 @@ const choreo::model::Model& model() {
   return *loaded;
 }
 
-int line_count(std::string_view text) {
-  int n = 1;
-  for (char c : text) n += c == '\n';
-  return n;
-}
+using choreo::fuzz::line_count;
 
 }  // namespace
 

@@ -19,6 +19,7 @@
 #include "runtime/model/gguf.h"
 #include "runtime/model/unicode.h"
 #include "runtime/model/vocab.h"
+#include "tests/fuzz/fuzz_common.h"
 
 namespace {
 
@@ -31,11 +32,7 @@ struct Loaded {
   Vocab vocab;
 };
 
-std::filesystem::path vocab_dir() {
-  if (const char* shared = std::getenv("CHOREO_SHARED")) return std::filesystem::path(shared) / "models/vocab";
-  const char* source = std::getenv("CHOREO_SOURCE_DIR");
-  return std::filesystem::path(source ? source : ".") / ".." / "shared" / "models" / "vocab";
-}
+std::filesystem::path vocab_dir() { return choreo::fuzz::shared_dir() / "models" / "vocab"; }
 
 const std::vector<Loaded>& vocabs() {
   static const std::vector<Loaded> loaded = [] {

@@ -13,14 +13,11 @@
 
 #include "dsl/workflow_parser.h"
 #include "runtime/common/error.h"
+#include "tests/fuzz/fuzz_common.h"
 
 namespace {
 
-int line_count(std::string_view text) {
-  int n = 1;
-  for (char c : text) n += c == '\n';
-  return n;
-}
+using choreo::fuzz::line_count;
 
 void check_location(const choreo::SourceLocation& where, int lines) {
   if (where.file != "fuzz.yaml" || where.line < 1 || where.line > lines || where.col < 1) __builtin_trap();
