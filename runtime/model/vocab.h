@@ -42,7 +42,8 @@ class Vocab {
   /// leading space from the first piece at the start and after each control/user-defined/unknown token.
   /// So detokenize(tokenize(s, add_special)) == s, except that SPM writes spaces as U+2581, so a U+2581
   /// in `s` comes back as a space. Unlike llama.cpp, BPE output is not "cleaned" (no space removal
-  /// before punctuation), so bytes round-trip.
+  /// before punctuation), so bytes round-trip, provided the vocab has a token for each byte of `s`: as in
+  /// llama.cpp, a byte it lacks is dropped (the refact vocabulary has no token for 0xF1).
   std::string detokenize(std::span<const Token> ids, bool special = false) const;
   const std::string& token_text(Token id) const;  // raw vocab string
 
