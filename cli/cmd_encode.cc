@@ -8,14 +8,13 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <optional>
-#include <sstream>
 
 #include "cli/common.h"
 #include "dsl/pml/prompt_parser.h"
 #include "dsl/pml/schema_parser.h"
 #include "runtime/common/error.h"
+#include "runtime/common/input_file.h"
 #include "runtime/engine/engine.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/pml/encode.h"
@@ -108,12 +107,11 @@ void run_encode(const EncodeOptions& o) {
   std::string prompt_text = o.prompt;
   SourceLocation prompt_origin{"--prompt", 1, 1};
   if (!o.prompt_file.empty()) {
-    std::ifstream in(o.prompt_file, std::ios::binary);
-    if (!in)
-      throw InputError(fmt::format("cannot read prompt file '{}'", o.prompt_file), {}, {o.prompt_file, 0, 0});
-    std::ostringstream s;
-    s << in.rdbuf();
-    prompt_text = s.str();
+    prompt_text = read_input_file(o.prompt_file, "prompt file", input_policy().file_bytes);
+    if (prompt_text.find_first_not_of(" \t\r\n") == std::string::npos)
+      throw InputError(fmt::format("prompt file '{}' is empty", o.prompt_file),
+                       "write a PML prompt (<prompt schema=\"...\">...</prompt>) in it, or leave out --prompt-file",
+                       SourceLocation{o.prompt_file, 0, 0});
     prompt_origin = {o.prompt_file, 1, 1};
   }
   // Parse the prompt before the model loads: a typo fails fast.
@@ -159,7 +157,8 @@ void register_encode(CLI::App& app) {
   add_model_options(*cmd, o->model_path, o->n_threads);
   cmd->add_option("-p,--prompt", o->prompt,
                   "also serve this PML prompt (<prompt schema=\"...\">...</prompt>)");
-  cmd->add_option("--prompt-file", o->prompt_file, "also serve the PML prompt in this file");
+  cmd->add_option("--prompt-file", o->prompt_file, "also serve the PML prompt in this file")
+      ->excludes("--prompt");
   cmd->add_option("-n,--max-tokens", o->max_tokens, "tokens to generate for the prompt (default 128)")
       ->check(at_least(1));
   cmd->add_option("--temp", o->temperature, "sampling temperature for the prompt (default 0 = greedy)")

@@ -2,11 +2,12 @@
 // line per call on stdout. The whole file is validated before the model runs anything.
 
 #include <cstdio>
-#include <fstream>
+#include <sstream>
 #include <iostream>
 
 #include "cli/common.h"
 #include "runtime/common/error.h"
+#include "runtime/common/input_file.h"
 #include "runtime/engine/engine.h"
 #include "runtime/exec/calls.h"
 #include "runtime/kv/page_pool.h"
@@ -24,18 +25,14 @@ struct ExecOptions {
 
 void run_exec(const ExecOptions& o) {
   const runtime::Mode mode = runtime::parse_mode(o.mode);
-  std::ifstream file;
+  // Every call is validated before anything runs, so the input is read whole: bounded by the input limit.
   const bool from_stdin = o.calls_path == "-";
-  if (!from_stdin) {
-    file.open(o.calls_path, std::ios::binary);
-    if (!file)
-      throw InputError(fmt::format("cannot open calls file '{}'", o.calls_path),
-                       "pass a JSONL file of calls, or - to read them from stdin");
-  }
+  std::istringstream calls(read_input_file(from_stdin ? "/dev/stdin" : o.calls_path,
+                                           from_stdin ? "calls input" : "calls file", input_policy().file_bytes));
   LoadedModel lm = load_model(o.model_path, o.n_threads);
   kv::PagePool pool(lm.model->kv_layout(o.page_tokens), size_t(o.cache_mib) << 20);
   runtime::Engine engine(*lm.model, pool, mode);
-  exec::run_calls(from_stdin ? std::cin : file, from_stdin ? "<stdin>" : o.calls_path, engine, std::cout);
+  exec::run_calls(calls, from_stdin ? "<stdin>" : o.calls_path, engine, std::cout);
 }
 
 }  // namespace

@@ -84,7 +84,21 @@ void run_profile(const ProfileOptions& o) {
     // encodings yet, and a ToT instance holds ~0.5 GiB of fp32 KV).
     runtime::Engine baseline(*lm.model, baseline_pool, baseline_mode);
     runtime::Engine choreo(*lm.model, choreo_pool, runtime::Mode::Choreo);
-    const exec::ProfiledInstance p = exec::profile_instance(workflow, baseline, choreo, rows[i].arguments);
+    exec::ProfiledInstance p;
+    try {
+      p = exec::profile_instance(workflow, baseline, choreo, rows[i].arguments);
+    } catch (...) {
+      // --json still gets the instances measured so far, marked incomplete.
+      if (!o.json_path.empty()) {
+        nlohmann::ordered_json doc = {{"workflow", workflow.name.value}, {"model", lm.model->file().path()},
+                                      {"baseline_mode", o.baseline},    {"incomplete", true},
+                                      {"error", fmt::format("row at line {}: {}", rows[i].line,
+                                                            describe_error(std::current_exception()))},
+                                      {"instances", raw}};
+        write_file_atomically(o.json_path, doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+      }
+      throw;
+    }
     const exec::RunTiming& b = p.baseline_timing;
     const exec::RunTiming& c = p.choreo_timing;
     std::fprintf(stderr, "profile: %zu/%zu  TTFT %.0f → %.0f ms (%.2fx)  end-to-end %.0f → %.0f ms (%.2fx)\n", i + 1,

@@ -80,25 +80,45 @@ nlohmann::ordered_json document(const dsl::Workflow& workflow, const RunOptions&
   j["model"] = model_path;
   j["mode"] = o.mode;
   j["no_leak"] = o.no_leak;
+  // A failed instance keeps what it did before the error, marked incomplete.
+  auto run_of = [](const exec::InstanceOutcome& outcome) {
+    nlohmann::ordered_json e;
+    if (outcome.error) {
+      e["incomplete"] = true;
+      e["error"] = describe_error(outcome.error);
+    }
+    e.update(exec::run_json(outcome.result));
+    return e;
+  };
   if (rows.empty()) {
-    j.update(exec::run_json(outcomes.at(0).result));
+    j.update(run_of(outcomes.at(0)));
     return j;
   }
   j["instances"] = nlohmann::ordered_json::array();
   for (size_t i = 0; i < outcomes.size(); ++i) {
     nlohmann::ordered_json e = {{"line", rows[i].line}};
-    if (outcomes[i].error) {
-      try {
-        std::rethrow_exception(outcomes[i].error);
-      } catch (const std::exception& ex) {
-        e["error"] = ex.what();
-      }
-    } else {
-      e.update(exec::run_json(outcomes[i].result));
-    }
+    e.update(run_of(outcomes[i]));
     j["instances"].push_back(e);
   }
   return j;
+}
+
+/// Writes --json and --trace (when asked for): every instance, failed ones with what they did before the
+/// error, marked incomplete.
+void write_outputs(const dsl::Workflow& workflow, const RunOptions& o, const std::string& model_path,
+                   const std::vector<exec::InputRow>& rows, const std::vector<exec::InstanceOutcome>& outcomes) {
+  if (!o.json_path.empty())
+    write_file_atomically(o.json_path, document(workflow, o, model_path, rows, outcomes)
+                                               .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+                                           "\n");
+  if (o.trace_path.empty()) return;
+  std::vector<exec::TracedRun> traced;
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    std::string name = rows.empty() ? workflow.name.value : fmt::format("row {}", rows[i].line);
+    if (outcomes[i].error) name += " (incomplete)";
+    traced.push_back({std::move(name), &outcomes[i].result});
+  }
+  write_file_atomically(o.trace_path, exec::trace_json(traced).dump() + "\n");
 }
 
 /// Prints an error that stopped one instance (of several) and keeps going.
@@ -142,7 +162,10 @@ void run_run(const RunOptions& o) {
     options.no_leak = o.no_leak;
     options.hooks = [&](size_t) { return hooks; };
     outcomes = exec::run_instances(workflow, engine, {arguments}, options);
-    if (outcomes[0].error) std::rethrow_exception(outcomes[0].error);
+    if (outcomes[0].error) {
+      write_outputs(workflow, o, lm.model->file().path(), rows, outcomes);  // what was done, marked incomplete
+      std::rethrow_exception(outcomes[0].error);
+    }
     if (workflow.output)
       std::cout << (colour ? "\033[1m── output\033[0m\n" : "── output\n") << outcomes[0].result.output << "\n"
                 << std::flush;
@@ -170,7 +193,6 @@ void run_run(const RunOptions& o) {
   }
 
   int failed = 0;
-  std::vector<exec::TracedRun> traced;
   for (size_t i = 0; i < outcomes.size() && !rows.empty(); ++i) {
     if (outcomes[i].error) {
       ++failed;
@@ -182,15 +204,7 @@ void run_run(const RunOptions& o) {
                            : fmt::format("── row {} output\n", rows[i].line))
                 << outcomes[i].result.output << "\n";
   }
-  for (size_t i = 0; i < outcomes.size(); ++i)
-    if (!outcomes[i].error)
-      traced.push_back({rows.empty() ? workflow.name.value : fmt::format("row {}", rows[i].line),
-                        &outcomes[i].result});
-  if (!o.json_path.empty())
-    write_file_atomically(o.json_path, document(workflow, o, lm.model->file().path(), rows, outcomes)
-                                               .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
-                                           "\n");
-  if (!o.trace_path.empty()) write_file_atomically(o.trace_path, exec::trace_json(traced).dump() + "\n");
+  write_outputs(workflow, o, lm.model->file().path(), rows, outcomes);
   if (failed > 0)
     throw InputError(fmt::format("{} of {} rows failed (errors above)", failed, rows.size()),
                      "the other rows ran; fix the failing rows and run them again");

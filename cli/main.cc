@@ -2,7 +2,10 @@
 // Errors a user causes print once, here, and exit 2; environment failures exit 1.
 
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -10,6 +13,7 @@
 
 #include "cli/common.h"
 #include "runtime/common/error.h"
+#include "runtime/common/input_file.h"
 
 // How long an OpenMP thread spins at the end of a parallel region before it sleeps. A decode step has ~200
 // parallel regions, so threads that sleep at once (OMP_WAIT_POLICY=passive) pay a wake-up each time: SmolLM2
@@ -33,6 +37,18 @@ int main(int argc, char** argv) {
       "Workflows: run, check, profile, eval; Prompt Cache: encode, cache. See README.md and docs/."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "choreo 0.1.0");
+  // Options of every command (docs/limits.md); they may be given after the subcommand too.
+  app.fallthrough();
+  std::vector<std::string> allowed_dirs;
+  uint64_t max_input_mib = 0;
+  app.add_option("--allow-path", allowed_dirs,
+                 "also let files named inside other files (PML src=, a workflow's pml:) be read from this "
+                 "directory (repeatable)")
+      ->type_name("DIR");
+  app.add_option("--max-input-mib", max_input_mib,
+                 "size limit of every input file and JSON line, in MiB (default 256; workflows 4)")
+      ->check(CLI::Range(uint64_t(1), uint64_t(1) << 24));
+  app.parse_complete_callback([&] { choreo::configure_input_policy(max_input_mib, allowed_dirs); });
   choreo::cli::register_generate(app);
   choreo::cli::register_tokenize(app);
   choreo::cli::register_model(app);

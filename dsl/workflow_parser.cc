@@ -14,6 +14,7 @@
 #include "dsl/workflow_check.h"
 #include "dsl/yaml_errors.h"
 #include "dsl/yaml_reader.h"
+#include "runtime/common/input_file.h"
 
 namespace choreo::dsl {
 
@@ -671,13 +672,8 @@ Workflow parse_workflow(std::string_view text, const std::string& file_name) {
 }
 
 Workflow load_workflow(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw InputError(fmt::format("cannot open workflow file `{}`", path), "check the path", {path, 0, 0});
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw InputError(fmt::format("cannot read workflow file `{}`", path), {}, {path, 0, 0});
-  return parse_workflow(text.str(), path);
+  // The size is checked before anything is read: a 1 GB (sparse) file costs nothing.
+  return parse_workflow(read_input_file(path, "workflow file", input_policy().workflow_bytes), path);
 }
 
 }  // namespace choreo::dsl

@@ -4,11 +4,12 @@
 
 #include <algorithm>
 
+#include "runtime/common/input_file.h"
+
 namespace choreo::dsl {
 
 namespace {
 
-constexpr size_t kMaxFileBytes = 4u << 20;  // a workflow is a page or two; 4 MiB is hostile, not long
 constexpr int kMaxFlowDepth = 64;           // yaml-cpp recurses per level; keep far from the stack's end
 constexpr int kMaxIndentColumns = 256;      // block nesting needs one column per level at least
 
@@ -128,9 +129,11 @@ std::string did_you_mean(std::string_view word, std::span<const std::string> can
 
 void precheck_yaml_text(const SourceFile& file) {
   const std::string& s = file.text();
-  if (s.size() > kMaxFileBytes) {
+  // A workflow is a page or two; the limit (4 MiB unless --max-input-mib says otherwise) is hostile, not long.
+  const uint64_t max_bytes = input_policy().workflow_bytes;
+  if (s.size() > max_bytes) {
     throw InputError(fmt::format("workflow file is too large ({} bytes)", s.size()),
-                     fmt::format("workflow files are limited to {} bytes", kMaxFileBytes),
+                     fmt::format("workflow files are limited to {} bytes; --max-input-mib N raises it", max_bytes),
                      SourceLocation{file.name(), 0, 0});
   }
   if (s.find_first_not_of(" \t\r\n") == std::string::npos) {

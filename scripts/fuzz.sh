@@ -134,7 +134,7 @@ DICT
 
 fuzz_run expr_fuzz "$expr_corpus" "$dict" 4096 10
 
-# ---- the PML parsers (dsl/pml): schemas and prompts; seeds are the shipped schemas/*.pml ------------------
+# ---- the PML parsers (dsl/pml): schemas and prompts; seeds are the shipped workflows/schemas/*.pml ------------------
 pml_corpus="$build/pml-corpus"
 mkdir -p "$pml_corpus"
 printf '%s' '<prompt schema="travel"><travel-plan duration="3 days"><overseas><tokyo/></overseas></travel-plan> Plan it &amp; list costs.<assistant/></prompt>' \

@@ -2,14 +2,13 @@
 
 #include <charconv>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "dsl/pml/whitespace.h"
 #include "dsl/pml/xml.h"
+#include "runtime/common/input_file.h"
 
 namespace choreo::dsl::pml {
 
@@ -29,19 +28,10 @@ namespace {
 /// Positions one parameter may reserve (a guard against typos such as length="40000000").
 constexpr int kMaxParameterLength = 1 << 16;
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 class SchemaParser {
  public:
   SchemaParser(const XmlDocument& doc, const std::string& file_name) : doc_(doc) {
-    std::filesystem::path p(file_name);
-    base_dir_ = file_name.empty() ? std::filesystem::path(".") : p.parent_path();
+    referrer_ = file_name.empty() ? std::filesystem::path("<schema>") : std::filesystem::path(file_name);
   }
 
   Schema parse() {
@@ -171,12 +161,20 @@ class SchemaParser {
           throw doc_.error_at(child.is_text ? child.text.offset : child.element.offset,
                               fmt::format("module '{}' has src=\"{}\" and content of its own", m.name, src->value),
                               "a module takes its text either from src= or from its body, not both");
-      std::filesystem::path path = base_dir_ / src->value;
+      if (src->value.empty()) throw error_at_attribute(*src, "src=\"\" names no file");
+      // The file must stay inside the schema's directory (or one allowed with --allow-path): a schema from
+      // elsewhere must not read /etc/shadow into a prompt, an output or the store.
+      std::filesystem::path path;
+      try {
+        path = confine_path(referrer_, src->value, "src=");
+      } catch (const InputError& e) {
+        throw error_at_attribute(*src, e.message(), e.hint());
+      }
       std::error_code ec;
-      if (src->value.empty() || !std::filesystem::is_regular_file(path, ec))
+      if (!std::filesystem::is_regular_file(path, ec))
         throw error_at_attribute(*src, fmt::format("src file '{}' not found", path.string()),
                                  "src= paths are relative to the schema file's directory");
-      std::string text = read_text_file(path.string());
+      std::string text = read_input_file(path.string(), "src file", input_policy().file_bytes, Origin::Referred);
       if (auto t = spacing_.take_literal(text)) {
         t->where = SourceLocation{path.string(), 1, 1};
         m.body.push_back({std::move(*t)});
@@ -255,7 +253,7 @@ class SchemaParser {
   }
 
   const XmlDocument& doc_;
-  std::filesystem::path base_dir_;
+  std::filesystem::path referrer_;  // the schema file: src= paths are confined to its directory
   Spacing spacing_;
   bool in_role_ = false;
 };
@@ -269,16 +267,8 @@ Schema parse_schema(std::string_view text, const std::string& file_name) {
   return s;
 }
 
-Schema load_schema(const std::string& path, std::string* bytes) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    throw InputError(fmt::format("schema file '{}' not found", path), "give the path of a .pml file",
-                     SourceLocation{path, 0, 0});
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("cannot read schema file '{}'", path), {}, SourceLocation{path, 0, 0});
-  std::ostringstream s;
-  s << in.rdbuf();
-  std::string text = s.str();
+Schema load_schema(const std::string& path, std::string* bytes, Origin origin) {
+  std::string text = read_input_file(path, "schema file", input_policy().file_bytes, origin);
   Schema schema = parse_schema(text, path);
   if (bytes) *bytes = std::move(text);
   return schema;

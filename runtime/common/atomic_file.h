@@ -1,5 +1,13 @@
 #pragma once
-// Writing an output file so that readers see either the old file or the whole new one, never half of it.
+// The one output writer: every file choreo writes (--json, --trace, --out, merge -o, synth -o, store
+// entries) goes through the rules here, stated once in docs/limits.md ("Output files"):
+//  - a regular file is replaced whole: the new content goes to a temporary file created beside it with an
+//    unpredictable name and O_CREAT | O_EXCL | O_NOFOLLOW, then renamed over it, so a reader sees the old
+//    file or the new one, and a planted symlink at the temporary name cannot redirect the write;
+//  - a character device or FIFO (/dev/null, /dev/stdout, a pipe) is written in place, never replaced;
+//  - anything else (a directory, a socket, a block device) and any file of /proc or /sys is refused;
+//  - a symbolic link is followed only when it is owned by the user running choreo or by root: a link that
+//    another user planted is refused.
 
 #include <string>
 #include <string_view>
@@ -7,20 +15,48 @@
 namespace choreo {
 
 /// Where a write-then-rename of `path` must rename to: a symlink (or a chain of them) is followed, so the link
-/// stays a link and its target is replaced. Throws InputError when `path` exists and is not a regular file
-/// (a directory, a device such as /dev/null, a FIFO, a socket): renaming over it would replace it, which as
-/// root would destroy a device node. `flag` names the option in the message (e.g. "-o").
+/// stays a link and its target is replaced. Throws InputError when the path cannot be written under the rules
+/// above. `flag` names the option in the message (e.g. "-o").
 std::string rename_target(const std::string& path, std::string_view flag);
 
-/// Writes `content` to a temporary file beside `path` (beside its target, for a symlink), flushes it to disk
-/// and renames it into place. A character device or FIFO (/dev/null, /dev/stdout, a pipe) is written
-/// directly instead, since it cannot be replaced. Throws RuntimeFailure (naming the path) when any step
-/// fails; the temporary file is removed then. Other non-regular paths are an InputError (rename_target).
+/// A temporary file created beside `target` (same directory, so a rename is atomic) with an unpredictable
+/// name, O_CREAT | O_EXCL | O_NOFOLLOW and mode 0666 less the umask (or `target`'s mode when it exists).
+/// Opened write-only, or read-write for a writer that maps it. Removed when the object dies unless committed.
+class TemporaryFile {
+ public:
+  /// Throws RuntimeFailure naming `target` when the file cannot be created.
+  explicit TemporaryFile(const std::string& target, bool read_write = false);
+  ~TemporaryFile();
+  TemporaryFile(const TemporaryFile&) = delete;
+  TemporaryFile& operator=(const TemporaryFile&) = delete;
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  /// fsync, close and rename over `target`, then fsync the directory. Throws RuntimeFailure on failure (the
+  /// temporary file is removed then).
+  void commit();
+
+ private:
+  std::string target_, path_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+/// Writes `content` to `path` under the rules above. Throws RuntimeFailure (naming the path) when any step
+/// fails; nothing half-written is left at `path` then. Paths that cannot be written are an InputError.
 void write_file_atomically(const std::string& path, std::string_view content);
 
+/// Opens `path` for appending (eval --out) under the same rules: a regular file is created or appended to,
+/// a FIFO or character device written to, anything else refused. Returns the descriptor (read-write for a
+/// regular file, so its end can be read back).
+int open_for_append(const std::string& path, std::string_view flag);
+
 /// Throws InputError (exit 2) when `path` cannot be created: its directory is missing or not writable, or
-/// the path is a directory or another file that cannot be written in place or replaced.
-/// Commands call this before doing any work, so a typo in an output path costs nothing.
+/// the path is refused by the rules above. Commands call this before doing any work, so a typo in an output
+/// path costs nothing.
 void check_writable(const std::string& path, std::string_view flag);
+
+/// write(2) until all of `content` is written, retrying on EINTR. False on an error (errno set).
+bool write_all(int fd, std::string_view content);
 
 }  // namespace choreo

@@ -1,12 +1,11 @@
 #include "runtime/eval/dataset.h"
 
 #include <array>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <unordered_map>
 
 #include "runtime/common/error.h"
+#include "runtime/common/input_file.h"
 #include "runtime/eval/math_answer.h"
 #include "runtime/exec/json_line.h"
 
@@ -17,15 +16,6 @@ using json = nlohmann::json;
 namespace {
 
 constexpr std::array<std::string_view, 4> kFormatNames = {"math", "longbench", "musique", "jsonl"};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw InputError(fmt::format("cannot open data file '{}'", path), "check the path given to --data");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 bool is_blank(std::string_view text) { return text.find_first_not_of(" \t\r\n") == std::string_view::npos; }
 
@@ -155,21 +145,21 @@ Row plain_row(const json& object, const RowSite& site, size_t index) {
   return row;
 }
 
-/// Reads a jsonl file, one row per non-blank line, with `make(object, site, index)`.
+/// Reads a jsonl file a line at a time, one row per non-blank line, with `make(object, site, index)`.
 template <typename MakeRow>
-std::vector<Row> read_jsonl(const std::string& path, const std::string& text, MakeRow make) {
+std::vector<Row> read_jsonl(const std::string& path, MakeRow make) {
   std::vector<Row> rows;
-  std::istringstream in(text);
+  LineReader reader(path, "data file");
   std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
+  while (reader.next(line)) {
+    const int number = reader.line_number();
     if (is_blank(line)) continue;
     exec::JsonLine parsed = exec::parse_json_line(number, line);
     const RowSite site{path, number, line};
     if (!parsed.json_error.empty())
       throw InputError(fmt::format("line is not JSON: {}", parsed.json_error),
                        "each line must be one JSON object",
-                       SourceLocation{path, number, static_cast<int>(parsed.json_error_byte)},
-                       line.size() <= exec::kMaxQuotedBytes ? line : std::string());
+                       SourceLocation{path, number, static_cast<int>(parsed.json_error_byte)}, line);
     if (!parsed.value.is_object())
       site.fail(fmt::format("the line is {}, not a JSON object", exec::type_name(parsed.value)));
     Row row = make(parsed.value, site, rows.size());
@@ -239,27 +229,24 @@ std::vector<Row> read_musique(const std::string& path, const std::string& text) 
   return rows;
 }
 
-/// The first non-blank line of a jsonl text parsed, or null.
-json first_object(const std::string& text) {
-  std::istringstream in(text);
+/// The format of a data file, from its first non-blank line (the rest is not read): a JSON list is MuSiQue,
+/// an object with MATH's or LongBench's fields is that format, anything else plain jsonl.
+DataFormat detect_from_first_line(const std::string& path) {
+  LineReader reader(path, "data file");
   std::string line;
-  while (std::getline(in, line)) {
-    if (is_blank(line)) continue;
-    json value = json::parse(line, nullptr, false);
-    return value.is_discarded() ? json() : value;
+  while (reader.next(line)) {
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos) continue;
+    if (line[first] == '[') return DataFormat::musique;
+    const exec::JsonLine parsed = exec::parse_json_line(reader.line_number(), line);
+    const json& object = parsed.value;
+    if (!parsed.json_error.empty() || !object.is_object()) return DataFormat::jsonl;
+    if (object.contains("problem") && (object.contains("answer") || object.contains("solution")))
+      return DataFormat::math;
+    if (object.contains("input") && object.contains("context") && object.contains("answers"))
+      return DataFormat::longbench;
+    return DataFormat::jsonl;
   }
-  return json();
-}
-
-DataFormat detect_from_text(const std::string& text) {
-  const size_t first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && text[first] == '[') return DataFormat::musique;
-  const json object = first_object(text);
-  if (!object.is_object()) return DataFormat::jsonl;
-  if (object.contains("problem") && (object.contains("answer") || object.contains("solution")))
-    return DataFormat::math;
-  if (object.contains("input") && object.contains("context") && object.contains("answers"))
-    return DataFormat::longbench;
   return DataFormat::jsonl;
 }
 
@@ -274,28 +261,27 @@ DataFormat parse_format(std::string_view name) {
                    fmt::format("the formats are {}", fmt::join(kFormatNames, ", ")));
 }
 
-DataFormat detect_format(const std::string& path) { return detect_from_text(read_file(path)); }
+DataFormat detect_format(const std::string& path) { return detect_from_first_line(path); }
 
 Dataset load_dataset(const std::string& path, std::optional<DataFormat> format) {
-  const std::string text = read_file(path);
   Dataset out;
   out.path = path;
-  out.format = format.value_or(detect_from_text(text));
+  out.format = format ? *format : detect_from_first_line(path);
   switch (out.format) {
     case DataFormat::math:
-      out.rows = read_jsonl(path, text, math_row);
+      out.rows = read_jsonl(path, math_row);
       out.metric = Metric::math;
       break;
     case DataFormat::longbench:
       out.rows =
-          read_jsonl(path, text, [](const json& o, const RowSite& s, size_t) { return longbench_row(o, s); });
+          read_jsonl(path, [](const json& o, const RowSite& s, size_t) { return longbench_row(o, s); });
       break;
     case DataFormat::musique:
-      out.rows = read_musique(path, text);
+      out.rows = read_musique(path, read_input_file(path, "data file", input_policy().file_bytes));
       out.metric = Metric::qa_f1;
       break;
     case DataFormat::jsonl:
-      out.rows = read_jsonl(path, text, plain_row);
+      out.rows = read_jsonl(path, plain_row);
       break;
   }
   if (out.rows.empty())

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <map>
 
+#include "runtime/common/atomic_file.h"
 #include "runtime/common/error.h"
 
 namespace choreo::eval {
@@ -44,10 +45,9 @@ Merged merge_results(const std::vector<std::string>& paths) {
 }
 
 void write_results(const std::string& path, const std::vector<ResultRow>& rows) {
-  std::error_code error;
-  std::filesystem::remove(path, error);
-  ResultWriter writer(path);
-  for (const ResultRow& row : rows) writer.append(row);
+  std::string text;
+  for (const ResultRow& row : rows) text += result_line(row);
+  write_file_atomically(path, text);
 }
 
 }  // namespace choreo::eval

@@ -1,15 +1,16 @@
 #include "runtime/eval/results.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "runtime/common/atomic_file.h"
 #include "runtime/common/error.h"
+#include "runtime/common/input_file.h"
 #include "runtime/exec/json_line.h"
 
 namespace choreo::eval {
@@ -120,31 +121,22 @@ ResultRow result_from_json(const json& value, const std::string& path, int line)
 
 ResultsFile read_results(const std::string& path) {
   ResultsFile out;
-  if (!std::filesystem::exists(path)) return out;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("cannot open results file '{}'", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
-  const bool ends_clean = text.empty() || text.back() == '\n';
-  size_t start = 0;
-  for (int number = 1; start < text.size(); ++number) {
-    size_t end = text.find('\n', start);
-    const bool last = end == std::string::npos;
-    if (last) end = text.size();
-    std::string line = text.substr(start, end - start);
-    start = end + 1;
+  std::error_code exists_error;
+  if (!std::filesystem::exists(path, exists_error)) return out;
+  LineReader reader(path, "results file");
+  std::string line;
+  while (reader.next(line)) {
+    const int number = reader.line_number();
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     exec::JsonLine parsed = exec::parse_json_line(number, line);
     if (!parsed.json_error.empty()) {
-      if (last && !ends_clean) {  // a writer killed mid-line: that row was never finished
+      if (reader.last_line_unterminated()) {  // a writer killed mid-line: that row was never finished
         out.truncated_tail = true;
         break;
       }
       throw InputError(fmt::format("line is not JSON: {}", parsed.json_error),
                        "only the last line of a results file may be cut off",
-                       SourceLocation{path, number, static_cast<int>(parsed.json_error_byte)},
-                       line.size() <= exec::kMaxQuotedBytes ? line : std::string());
+                       SourceLocation{path, number, static_cast<int>(parsed.json_error_byte)}, line);
     }
     out.rows.push_back(result_from_json(parsed.value, path, number));
     out.lines.push_back(number);
@@ -160,37 +152,45 @@ std::set<std::pair<std::string, std::string>> done_keys(const std::vector<Result
 
 ResultWriter::ResultWriter(const std::string& path, bool sync_each_row)
     : path_(path), sync_each_row_(sync_each_row) {
-  // Cut a partial last line (no newline after it) so appended rows do not glue onto it.
-  std::error_code error;
-  const auto size = std::filesystem::file_size(path, error);
-  if (!error && size > 0) {
-    std::ifstream in(path, std::ios::binary);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (!text.empty() && text.back() != '\n') {
-      const size_t last_newline = text.rfind('\n');
-      std::filesystem::resize_file(path, last_newline == std::string::npos ? 0 : last_newline + 1, error);
-      if (error) throw RuntimeFailure(fmt::format("cannot repair '{}': {}", path, error.message()));
-    }
+  fd_ = open_for_append(path, "--out");
+  // Cut a partial last line (no newline after it) so appended rows do not glue onto it. Only the end of the
+  // file is read: back from the end to the last newline.
+  struct stat st;
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return;
+  const off_t size = st.st_size;
+  off_t keep = 0;  // bytes up to and including the last newline
+  char chunk[4096];
+  for (off_t end = size; end > 0 && keep == 0;) {
+    const off_t begin = end > off_t(sizeof chunk) ? end - off_t(sizeof chunk) : 0;
+    const ssize_t n = ::pread(fd_, chunk, size_t(end - begin), begin);
+    if (n != end - begin) throw RuntimeFailure(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
+    for (ssize_t i = n - 1; i >= 0; --i)
+      if (chunk[i] == '\n') {
+        keep = begin + i + 1;
+        break;
+      }
+    end = begin;
   }
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0)
-    throw RuntimeFailure(fmt::format("cannot open '{}' for writing: {}", path, std::strerror(errno)));
+  if (keep != size && ::ftruncate(fd_, keep) != 0) {
+    const int e = errno;
+    ::close(fd_);
+    throw RuntimeFailure(fmt::format("cannot repair '{}': {}", path, std::strerror(e)));
+  }
 }
 
 ResultWriter::~ResultWriter() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void ResultWriter::append(const ResultRow& row) {
+std::string result_line(const ResultRow& row) {
   // Invalid UTF-8 (a generation cut inside a character) is replaced rather than refused.
-  const std::string line = to_json(row).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  size_t written = 0;
-  while (written < line.size()) {
-    const ssize_t n = ::write(fd_, line.data() + written, line.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw RuntimeFailure(fmt::format("cannot write to '{}': {}", path_, std::strerror(errno)));
-    written += static_cast<size_t>(n);
-  }
+  return to_json(row).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+void ResultWriter::append(const ResultRow& row) {
+  const std::string line = result_line(row);
+  if (!write_all(fd_, line))
+    throw RuntimeFailure(fmt::format("cannot write to '{}': {}", path_, std::strerror(errno)));
   if (sync_each_row_ && ::fsync(fd_) != 0)
     throw RuntimeFailure(fmt::format("cannot sync '{}': {}", path_, std::strerror(errno)));
 }

@@ -31,6 +31,8 @@ struct ResultRow {
 };
 
 nlohmann::ordered_json to_json(const ResultRow& row);
+/// One row as the line a results file holds (JSON and a newline).
+std::string result_line(const ResultRow& row);
 /// InputError (naming `path`:`line`) when a required field is missing or mistyped.
 ResultRow result_from_json(const nlohmann::json& value, const std::string& path, int line);
 

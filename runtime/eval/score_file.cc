@@ -1,9 +1,9 @@
 #include "runtime/eval/score_file.h"
 
-#include <fstream>
 #include <map>
 
 #include "runtime/common/error.h"
+#include "runtime/common/input_file.h"
 #include "runtime/exec/json_line.h"
 
 namespace choreo::eval {
@@ -83,19 +83,18 @@ ResultRow score_line(const json& object, const LineSite& site, Metric metric) {
 }  // namespace
 
 std::vector<ResultRow> score_file(const std::string& path, Metric metric) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("cannot open '{}'", path), "check the path of the predictions file");
+  LineReader reader(path, "predictions file");
   std::vector<ResultRow> rows;
   std::map<std::pair<std::string, std::string>, int> seen;
   std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
+  while (reader.next(line)) {
+    const int number = reader.line_number();
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     exec::JsonLine parsed = exec::parse_json_line(number, line);
     if (!parsed.json_error.empty())
       throw InputError(fmt::format("line is not JSON: {}", parsed.json_error),
                        "each line must be one JSON object",
-                       SourceLocation{path, number, static_cast<int>(parsed.json_error_byte)},
-                       line.size() <= exec::kMaxQuotedBytes ? line : std::string());
+                       SourceLocation{path, number, static_cast<int>(parsed.json_error_byte)}, line);
     rows.push_back(score_line(parsed.value, LineSite{path, number}, metric));
     auto [it, fresh] = seen.emplace(std::make_pair(rows.back().id, rows.back().mode), number);
     if (!fresh)

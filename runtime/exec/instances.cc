@@ -1,10 +1,10 @@
 #include "runtime/exec/instances.h"
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "runtime/common/error.h"
+#include "runtime/common/input_file.h"
 #include "runtime/exec/json_line.h"
 #include "runtime/exec/leak_guard.h"
 #include "runtime/exec/scheduler.h"
@@ -19,13 +19,11 @@ std::vector<InputRow> read_input_rows(const std::string& path, const dsl::Workfl
       throw InputError(fmt::format("--map {}={}: workflow `{}` has no input `{}`", input, field, workflow.name.value,
                                    input),
                        "write --map INPUT=FIELD with one of the workflow's inputs");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("cannot read inputs file '{}'", path), "check the --inputs path");
+  LineReader reader(path, "inputs file");
   std::vector<InputRow> rows;
   std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
-    ++number;
+  while (reader.next(line)) {
+    const int number = reader.line_number();
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     // The same reading as every other JSON-lines input (exec calls, eval data and results).
     const JsonLine parsed = parse_json_line(number, line);
@@ -70,7 +68,8 @@ std::vector<InstanceOutcome> run_instances(const dsl::Workflow& workflow, runtim
   BatchScheduler scheduler(engine, guard ? &*guard : nullptr);
   const std::vector<std::exception_ptr> errors =
       scheduler.run(arguments.size(), options.concurrency, [&](size_t i, CallSink& sink) {
-        const RunHooks hooks = options.hooks ? options.hooks(i) : RunHooks{};
+        RunHooks hooks = options.hooks ? options.hooks(i) : RunHooks{};
+        hooks.on_failure = [&outcomes, i](RunResult&& partial) { outcomes[i].result = std::move(partial); };
         outcomes[i].result = run_workflow(workflow, sink, arguments[i], hooks);
       });
   for (size_t i = 0; i < errors.size(); ++i) outcomes[i].error = errors[i];

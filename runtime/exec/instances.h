@@ -32,7 +32,7 @@ std::vector<InputRow> read_input_rows(const std::string& path, const dsl::Workfl
 
 /// What one instance produced: its result, or the error that stopped it.
 struct InstanceOutcome {
-  RunResult result;
+  RunResult result;  ///< with an error: what the instance did before it failed
   std::exception_ptr error;
 };
 

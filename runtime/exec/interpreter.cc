@@ -18,6 +18,7 @@
 #include "dsl/expr/template.h"
 #include "dsl/pml/prompt_parser.h"
 #include "dsl/pml/schema_parser.h"
+#include "runtime/common/input_file.h"
 #include "runtime/exec/calls.h"
 #include "runtime/pml/encode.h"
 #include "runtime/pml/prompt_plan.h"
@@ -121,11 +122,16 @@ class Interpreter {
   }
 
   RunResult run(const RunArguments& arguments) {
-    for (auto& [name, value] : bind_arguments(workflow_, arguments)) globals_.set(name, value);
-    check_supported(workflow_.steps);
-    prefill_messages();
-    run_steps(workflow_.steps, globals_);
-    if (workflow_.output) result_.output = render(*workflow_.output, globals_);
+    try {
+      for (auto& [name, value] : bind_arguments(workflow_, arguments)) globals_.set(name, value);
+      check_supported(workflow_.steps);
+      prefill_messages();
+      run_steps(workflow_.steps, globals_);
+      if (workflow_.output) result_.output = render(*workflow_.output, globals_);
+    } catch (...) {
+      if (hooks_.on_failure) hooks_.on_failure(std::move(result_));
+      throw;
+    }
     return std::move(result_);
   }
 
@@ -294,14 +300,27 @@ class Interpreter {
   /// positions (shifted together by an `at:`), so a decode over them sees exactly the prompt.
   void prefill_pml(const dsl::Message& m) {
     const std::string written = render(*m.pml, globals_);
-    std::filesystem::path path = written;
-    if (path.is_relative() && !std::filesystem::exists(path))
-      path = std::filesystem::path(workflow_.file).parent_path() / path;
+    // The path is relative to the workflow file and must stay inside its directory (or one allowed with
+    // --allow-path): a template lets a data row choose the file, and a row must not choose /etc/shadow.
+    std::filesystem::path path;
+    try {
+      path = confine_path(workflow_.file.empty() ? "<workflow>" : workflow_.file, written, "pml: ");
+    } catch (const InputError& e) {
+      throw error_at(m.pml->where, e.message(), e.hint());
+    }
     if (!std::filesystem::exists(path))
       throw error_at(m.pml->where, fmt::format("PML schema file '{}' does not exist", written),
-                     "paths are relative to the current directory or to the workflow file");
+                     "paths are relative to the workflow file's directory");
     auto cached = schemas_.find(path.string());
-    if (cached == schemas_.end()) cached = schemas_.emplace(path.string(), dsl::pml::load_schema(path.string())).first;
+    if (cached == schemas_.end()) {
+      try {
+        cached = schemas_.emplace(path.string(), dsl::pml::load_schema(path.string(), nullptr, Origin::Referred)).first;
+      } catch (const InputError& e) {
+        // A path the data chose names a file the user never named: its errors do not quote its contents.
+        if (m.pml->value.find("{{") == std::string::npos) throw;
+        throw InputError(e.message(), e.hint(), e.where());
+      }
+    }
     const model::Model& model = engine_.model();
     // Modules this run encodes (or loads from the store) are recorded as "module" messages, so that the run's
     // end-to-end time and token counts include them; those found already encoded cost nothing and are not.

@@ -72,6 +72,9 @@ struct RunHooks {
   std::function<void(size_t branch, model::Token token)> on_token;
   std::function<std::optional<int>(const std::string& name)> exact_tokens;
   std::function<bool(const std::string& name)> record_logits;  ///< keep this decode's logits (tests)
+  /// A run that fails hands over what it did before the error (then the error propagates): `--json` and
+  /// `--trace` still write it, marked incomplete.
+  std::function<void(RunResult&& partial)> on_failure;
 };
 
 /// Milliseconds on the steady clock (the time base of MessageRecord::start_ms).

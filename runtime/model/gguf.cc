@@ -396,7 +396,8 @@ File& File::operator=(File&&) noexcept = default;
 File::~File() = default;
 
 File File::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO given as a model must not block the open (it is refused below).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int err = errno;
     throw InputError(
@@ -406,7 +407,8 @@ File File::open(const std::string& path) {
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw InputError(fmt::format("{}: not a regular file", path));
+    throw InputError(fmt::format("{}: {}, not a GGUF file", path, S_ISDIR(st.st_mode) ? "a directory" : "not a regular file"),
+                     "give the path of a .gguf model file");
   }
   auto mapping = std::make_unique<Mapping>();
   mapping->size_bytes = static_cast<size_t>(st.st_size);

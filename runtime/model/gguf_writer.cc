@@ -161,29 +161,6 @@ size_t tensor_size(const std::vector<int64_t>& shape, kernels::DType type) {
   return kernels::row_bytes(type, shape.empty() ? 1 : shape[0]) * static_cast<size_t>(rows);
 }
 
-/// Closes a file descriptor and removes the temporary file unless disarmed.
-struct TempFile {
-  std::string path;
-  int fd = -1;
-  bool keep = false;
-  ~TempFile() {
-    if (fd >= 0) ::close(fd);
-    if (!keep) ::unlink(path.c_str());
-  }
-};
-
-/// write(2) until done; false on error (errno set).
-bool write_all(int fd, const uint8_t* data, size_t n_bytes) {
-  while (n_bytes > 0) {
-    ssize_t n = ::write(fd, data, n_bytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    n_bytes -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
 [[noreturn]] void io_failure(const std::string& what, const std::string& path, int err) {
   throw RuntimeFailure(fmt::format("{}: {}: {}", path, what, std::strerror(err)));
 }
@@ -359,24 +336,14 @@ void Writer::write(const std::string& output) const {
   Layout layout = make_layout(kv_, alignment_, tensors_);
   // The file is written beside its final place and renamed there: a symlink's target is replaced, and a
   // device or other non-regular file is refused (renaming over /dev/null would replace the device).
+  check_writable(output, "-o");  // a missing or read-only directory is the user's to fix (exit 2)
   const std::string path = rename_target(output, "-o");
-  std::filesystem::path final_path(path);
-  TempFile temp;
-  temp.path =
-      (final_path.parent_path() / (".tmp." + final_path.filename().string() + "." + std::to_string(getpid())))
-          .string();
-  temp.fd = ::open(temp.path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (temp.fd < 0) {
-    int err = errno;
-    temp.keep = true;  // nothing was created
-    throw InputError(fmt::format("{}: cannot create output file: {}", path, std::strerror(err)),
-                     "check that the directory exists and is writable");
-  }
+  TemporaryFile temp(path, /*read_write=*/true);  // mapped below, so opened for reading too
   // Reserve the space up front: running out of disk later, inside a mapping, would be a SIGBUS.
-  if (int err = posix_fallocate(temp.fd, 0, static_cast<off_t>(layout.total_bytes)); err != 0) {
+  if (int err = posix_fallocate(temp.fd(), 0, static_cast<off_t>(layout.total_bytes)); err != 0) {
     io_failure(fmt::format("cannot reserve {} bytes", layout.total_bytes), path, err);
   }
-  if (!write_all(temp.fd, layout.header.data(), layout.header.size()))
+  if (!write_all(temp.fd(), std::string_view(reinterpret_cast<const char*>(layout.header.data()), layout.header.size())))
     io_failure("write failed", path, errno);
   // Each tensor is filled through its own shared mapping, unmapped as soon as it is done, so the process
   // holds at most one tensor; writeback of the finished range starts right away.
@@ -385,7 +352,7 @@ void Writer::write(const std::string& output) const {
     const size_t map_start = layout.tensor_start[i] / page * page;
     const size_t map_bytes = layout.tensor_start[i] + layout.tensor_bytes[i] - map_start;
     void* address =
-        mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, temp.fd, static_cast<off_t>(map_start));
+        mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, temp.fd(), static_cast<off_t>(map_start));
     if (address == MAP_FAILED) io_failure("mmap of output failed", path, errno);
     try {
       tensors_[i].fill(std::span<uint8_t>(
@@ -395,18 +362,10 @@ void Writer::write(const std::string& output) const {
       throw;
     }
     munmap(address, map_bytes);
-    sync_file_range(temp.fd, static_cast<off_t>(map_start), static_cast<off_t>(map_bytes),
+    sync_file_range(temp.fd(), static_cast<off_t>(map_start), static_cast<off_t>(map_bytes),
                     SYNC_FILE_RANGE_WRITE);
   }
-  if (fsync(temp.fd) != 0) io_failure("fsync failed", path, errno);
-  if (std::rename(temp.path.c_str(), path.c_str()) != 0) io_failure("rename into place failed", path, errno);
-  temp.keep = true;
-  // Make the rename itself durable.
-  std::string dir = final_path.parent_path().empty() ? "." : final_path.parent_path().string();
-  if (int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir_fd >= 0) {
-    fsync(dir_fd);
-    ::close(dir_fd);
-  }
+  temp.commit();
 }
 
 }  // namespace choreo::gguf

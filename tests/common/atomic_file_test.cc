@@ -14,6 +14,8 @@
 
 #include "runtime/common/atomic_file.h"
 #include "runtime/common/error.h"
+#include "runtime/eval/merge.h"
+#include "runtime/eval/results.h"
 #include "runtime/model/gguf.h"
 #include "tests/scratch_dir.h"
 
@@ -83,6 +85,100 @@ TEST_CASE("the GGUF writer refuses a FIFO and a directory, and writes through a 
   w.write(link.string());
   CHECK(fs::is_symlink(fs::symlink_status(link)));
   CHECK(gguf::File::open(real.string()).get_string("general.architecture", "") == "llama");
+}
+
+/// A file outside the scratch directory whose bytes must never change.
+struct Decoy {
+  testing::ScratchDir dir;
+  fs::path path = dir.path / "decoy.txt";
+  Decoy() { std::ofstream(path) << "precious"; }
+  bool intact() const { return read_file(path) == "precious"; }
+};
+
+TEST_CASE("hostile: a symlink planted at a temporary file's old, predictable name redirects nothing") {
+  Scratch s;
+  Decoy decoy;
+  const fs::path out = s.path / "out.json", model = s.path / "m.gguf";
+  // The names earlier versions used: <out>.tmp.<pid> for outputs, .tmp.<name>.<pid> for GGUF files.
+  fs::create_symlink(decoy.path, s.path / fmt::format("out.json.tmp.{}", ::getpid()));
+  fs::create_symlink(decoy.path, s.path / fmt::format(".tmp.m.gguf.{}", ::getpid()));
+  write_file_atomically(out.string(), "result");
+  gguf::Writer w;
+  w.set_string("general.architecture", "llama");
+  w.write(model.string());
+  CHECK(decoy.intact());
+  CHECK(read_file(out) == "result");
+  CHECK(gguf::File::open(model.string()).get_string("general.architecture", "") == "llama");
+  // Only the planted links and the two outputs are there: no temporary file was left behind.
+  CHECK(std::distance(fs::directory_iterator(s.path), fs::directory_iterator()) == 4);
+}
+
+TEST_CASE("hostile: files of /proc are refused by every writer, appends included") {
+  for (const char* path : {"/proc/self/mem", "/proc/self/environ"}) {
+    CAPTURE(path);
+    CHECK_THROWS_AS(check_writable(path, "--out"), InputError);
+    CHECK_THROWS_AS(write_file_atomically(path, "x"), InputError);
+    CHECK_THROWS_AS(eval::ResultWriter{path}, InputError);
+    CHECK_THROWS_AS(eval::write_results(path, {}), InputError);
+  }
+}
+
+TEST_CASE("hostile: merge -o never deletes what is at its path") {
+  Scratch s;
+  const fs::path dir = s.path / "empty_dir";
+  fs::create_directories(dir);
+  CHECK_THROWS_AS(eval::write_results(dir.string(), {}), InputError);
+  CHECK(fs::is_directory(dir));
+  const fs::path fifo = s.path / "pipe";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const int read_end = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  REQUIRE(read_end >= 0);
+  eval::ResultRow row;
+  row.id = "1";
+  row.mode = "choreo";
+  eval::write_results(fifo.string(), {row});  // written in place, the FIFO stays
+  char buffer[512] = {};
+  CHECK(::read(read_end, buffer, sizeof buffer) > 0);
+  ::close(read_end);
+  CHECK(std::string(buffer).find("\"id\":\"1\"") != std::string::npos);
+  CHECK(fs::is_fifo(fs::symlink_status(fifo)));
+}
+
+TEST_CASE("a replaced file keeps its permission bits; appends follow the user's own symlink") {
+  Scratch s;
+  const fs::path file = s.path / "private.json";
+  std::ofstream(file) << "old";
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write);
+  write_file_atomically(file.string(), "new");
+  CHECK((fs::status(file).permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
+
+  const fs::path results = s.path / "results.jsonl", link = s.path / "link.jsonl";
+  std::ofstream(results) << "{\"id\": \"0\"}\n{\"partial";
+  fs::create_symlink("results.jsonl", link);
+  {
+    eval::ResultWriter writer(link.string());
+    eval::ResultRow row;
+    row.id = "1";
+    writer.append(row);
+  }
+  CHECK(fs::is_symlink(fs::symlink_status(link)));
+  const std::string text = read_file(results);
+  CHECK(text.starts_with("{\"id\": \"0\"}\n{\"id\":\"1\""));  // the cut-off line was dropped first
+}
+
+TEST_CASE("hostile: a symlink owned by another user is never followed") {
+  if (::geteuid() != 0) return;  // only root can make a link owned by someone else
+  Scratch s;
+  Decoy decoy;
+  const fs::path link = s.path / "out.json";
+  fs::create_symlink(decoy.path, link);
+  REQUIRE(::lchown(link.c_str(), 65534, 65534) == 0);
+  CHECK_THROWS_AS(check_writable(link.string(), "--json"), InputError);
+  CHECK_THROWS_AS(write_file_atomically(link.string(), "x"), InputError);
+  CHECK_THROWS_AS(eval::ResultWriter{link.string()}, InputError);
+  CHECK_THROWS_AS(eval::write_results(link.string(), {}), InputError);
+  CHECK(decoy.intact());
+  CHECK(fs::is_symlink(fs::symlink_status(link)));
 }
 
 }  // namespace

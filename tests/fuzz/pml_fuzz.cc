@@ -1,7 +1,7 @@
 // libFuzzer target for the PML parsers (dsl/pml): any bytes, read as a schema and as a prompt, must either
 // parse or throw InputError naming the file — never crash, hang, leak or throw anything else. A document
 // that parses must have every location inside the text and parse again to the same shape.
-// With CHOREO_FUZZ_SEED_DIR set, start-up copies schemas/*.pml there as seeds (scripts/fuzz.sh).
+// With CHOREO_FUZZ_SEED_DIR set, start-up copies workflows/schemas/*.pml there as seeds (scripts/fuzz.sh).
 
 #include <cstdint>
 #include <cstdlib>
@@ -67,7 +67,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* source = std::getenv("CHOREO_SOURCE_DIR");
   if (dir && source) {
     std::error_code ignored;
-    for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(source) / "schemas", ignored))
+    for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(source) / "workflows" / "schemas", ignored))
       std::filesystem::copy_file(entry.path(), std::filesystem::path(dir) / entry.path().filename(),
                                  std::filesystem::copy_options::overwrite_existing, ignored);
   }

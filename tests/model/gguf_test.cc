@@ -560,6 +560,6 @@ TEST_CASE("gguf: open reports missing and non-GGUF files by path") {
   std::string empty = (dir / "empty.gguf").string();
   std::ofstream(empty).close();
   CHECK_THROWS_WITH_AS(File::open(empty), doctest::Contains("empty.gguf: empty file"), InputError);
-  CHECK_THROWS_WITH_AS(File::open(dir.string()), doctest::Contains("not a regular file"), InputError);
+  CHECK_THROWS_WITH_AS(File::open(dir.string()), doctest::Contains("a directory, not a GGUF file"), InputError);
   std::filesystem::remove_all(dir);
 }

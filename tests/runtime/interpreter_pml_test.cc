@@ -53,7 +53,8 @@ TEST_CASE("a PML message: modules encoded once at their positions; a decode over
 
   std::string text = kWorkflow;
   text.replace(text.find("{{ dir }}"), 9, dir.string());
-  const dsl::Workflow workflow = dsl::parse_workflow(text, "pml.yaml");
+  // The workflow lives beside its schema: a pml: path must stay inside the workflow's directory.
+  const dsl::Workflow workflow = dsl::parse_workflow(text, (dir / "pml.yaml").string());
   kv::PagePool pool(model->kv_layout(16), size_t(64) << 20);
   runtime::Engine engine(*model, pool);
   exec::RunHooks hooks;

@@ -239,7 +239,7 @@ TEST_CASE("pml: the shipped schemas load, lay out for SmolLM2 and accept their e
   };
   for (const auto& [file, prompt_text] : cases) {
     INFO(file);
-    Layout l = lay_out(dsl::pml::load_schema(testing::require_file(root + "/schemas/" + file)), m);
+    Layout l = lay_out(dsl::pml::load_schema(testing::require_file(root + "/workflows/schemas/" + file)), m);
     CHECK(l.end_pos > l.first_pos);
     for (const UnionLayout& u : l.unions) {
       int longest = 0;
@@ -253,7 +253,7 @@ TEST_CASE("pml: the shipped schemas load, lay out for SmolLM2 and accept their e
     CHECK_FALSE(p.header.empty());
   }
   // src= keeps the code's line breaks: the orders.py module's text holds the file's lines.
-  Layout code = lay_out(dsl::pml::load_schema(root + "/schemas/code-generation.pml"), m);
+  Layout code = lay_out(dsl::pml::load_schema(root + "/workflows/schemas/code-generation.pml"), m);
   for (const ModuleLayout& mod : code.modules)
     if (mod.name == "orders.py")
       CHECK(m.vocab().detokenize(code.pieces[mod.pieces[0]].tokens).find("\n    def add(self, isbn, quantity=1):\n") !=
