@@ -19,6 +19,7 @@
 #include "runtime/exec/instances.h"
 #include "runtime/exec/interpreter.h"
 #include "runtime/exec/run_report.h"
+#include "runtime/exec/thread_room.h"
 #include "cli/stream_printer.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/store/cache_dir.h"
@@ -219,7 +220,7 @@ void register_run(CLI::App& app) {
       ->check(at_least(0));
   cmd->add_option("--concurrency", o->concurrency,
                   "with --inputs: instances in flight at once; their ready calls share engine batches (default 8)")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, exec::kMaxConcurrency));
   cmd->add_option("--cache-dir", o->cache_dir,
                   "persistent store to read encodings from (default $CHOREO_CACHE_DIR, else the XDG cache dir)");
   cmd->add_flag("--no-store", o->no_store, "do not read encodings from the persistent store");
