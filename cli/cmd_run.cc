@@ -14,6 +14,7 @@
 #include "cli/common.h"
 #include "dsl/workflow_parser.h"
 #include "runtime/common/error.h"
+#include "runtime/common/terminal_text.h"
 #include "runtime/engine/engine.h"
 #include "runtime/common/atomic_file.h"
 #include "runtime/exec/instances.h"
@@ -131,6 +132,8 @@ void run_run(const RunOptions& o) {
 
   const bool colour = isatty(STDOUT_FILENO) != 0;
   auto colour_of = [&](const std::string& agent) { return colour ? agent_colour(workflow, agent) : std::string(); };
+  // Model text on a terminal is escaped (runtime/common/terminal_text.h); a pipe or file gets it exactly.
+  auto shown = [&](const std::string& text) { return colour ? escape_for_terminal(text) : text; };
   std::vector<exec::InstanceOutcome> outcomes;
   if (rows.empty()) {
     // One instance: stream every decode token by token.
@@ -145,7 +148,8 @@ void run_run(const RunOptions& o) {
     outcomes = exec::run_instances(workflow, engine, {arguments}, options);
     if (outcomes[0].error) std::rethrow_exception(outcomes[0].error);
     if (workflow.output)
-      std::cout << (colour ? "\033[1m── output\033[0m\n" : "── output\n") << outcomes[0].result.output << "\n"
+      std::cout << (colour ? "\033[1m── output\033[0m\n" : "── output\n") << shown(outcomes[0].result.output)
+                << "\n"
                 << std::flush;
   } else {
     // Many instances: their calls share engine batches; each decode is printed when its batch finishes.
@@ -161,7 +165,7 @@ void run_run(const RunOptions& o) {
         const std::string c = colour_of(m.agent);
         const std::string title = fmt::format("── row {} · {}", rows[i].line, who);
         std::cout << (c.empty() ? title : fmt::format("\033[1;{}m{}\033[0m", c, title)) << "\n"
-                  << m.text << "\n\n" << std::flush;
+                  << shown(m.text) << "\n\n" << std::flush;
       };
       return hooks;
     };
@@ -181,7 +185,7 @@ void run_run(const RunOptions& o) {
     if (workflow.output)
       std::cout << (colour ? fmt::format("\033[1m── row {} output\033[0m\n", rows[i].line)
                            : fmt::format("── row {} output\n", rows[i].line))
-                << outcomes[i].result.output << "\n";
+                << shown(outcomes[i].result.output) << "\n";
   }
   for (size_t i = 0; i < outcomes.size(); ++i)
     if (!outcomes[i].error)
