@@ -3,6 +3,7 @@
 // the encodings go to the persistent store (docs/store.md): pieces found there are loaded instead of
 // computed, and every piece computed is persisted, tagged with a hash of the schema file's bytes.
 
+#include <unistd.h>
 #include <fmt/format.h>
 #include <xxhash.h>
 
@@ -21,6 +22,7 @@
 #include "runtime/pml/serve.h"
 #include "runtime/store/cache_dir.h"
 #include "runtime/store/disk_store.h"
+#include "runtime/common/terminal_text.h"
 
 namespace choreo::cli {
 
@@ -140,7 +142,8 @@ void run_encode(const EncodeOptions& o) {
   serve.sampling.seed = o.seed;
   serve.max_tokens = o.max_tokens;
   runtime::pml::ServeResult r = runtime::pml::serve_prompt(engine, enc, *prompt, serve);
-  std::printf("%s\n", r.decode.text.c_str());
+  const std::string& text = r.decode.text;
+  std::printf("%s\n", (isatty(STDOUT_FILENO) ? escape_for_terminal(text) : text).c_str());
   std::fprintf(stderr,
                "prompt: %d cached tokens reused, %zu parts encoded fresh, header %zu tokens; ttft %.1f ms, "
                "%zu tokens generated (%s)\n",

@@ -21,6 +21,7 @@
 #include "runtime/eval/progress.h"
 #include "runtime/eval/run.h"
 #include "runtime/eval/summary.h"
+#include "runtime/exec/thread_room.h"
 #include "runtime/store/disk_store.h"
 
 namespace choreo::cli {
@@ -172,7 +173,7 @@ void add_eval_run(CLI::App& eval_group) {
   cmd.add_option("--concurrency", o->concurrency,
                  "rows in flight at once per mode; their calls share batches "
                  "(default 4)")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, exec::kMaxConcurrency));
   cmd.add_option("--out", o->out_path,
                  "results file, one JSON line per (row, mode) "
                  "(default: WORKFLOW-DATA[-shard-I-of-N].jsonl)");

@@ -1,5 +1,8 @@
 // `choreo generate`: a plain KV-cache run, printing only the continuation on stdout (like llama.cpp's
-// llama-simple/llama-cli -no-cnv); timings go to stderr.
+// llama-simple/llama-cli -no-cnv); timings go to stderr. On a terminal the continuation is escaped
+// (runtime/common/terminal_text.h); a pipe or file gets its exact bytes.
+
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -7,6 +10,7 @@
 
 #include "cli/common.h"
 #include "runtime/common/error.h"
+#include "runtime/common/terminal_text.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/model/sampler.h"
 #include "runtime/model/session.h"
@@ -68,18 +72,24 @@ void run_generate(const GenerateOptions& o) {
   session.eval(tokens, &logits);
   double prompt_s = seconds_since(t0);
 
+  const bool terminal = isatty(STDOUT_FILENO) != 0;
+  TerminalEscaper escaper;
+  auto print = [](const std::string& text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  };
   auto t1 = std::chrono::steady_clock::now();
   int n_generated = 0;
   for (int i = 0; i < n_predict; ++i) {
     model::Token next = sampler.sample(logits);
     if (vocab.is_eog(next)) break;
-    std::string piece = vocab.token_to_piece(next);
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);
+    const std::string piece = vocab.token_to_piece(next);
+    print(terminal ? escaper.feed(piece) : piece);
     ++n_generated;
     if (i + 1 < n_predict) session.eval(std::span<const model::Token>(&next, 1), &logits);
   }
   double gen_s = seconds_since(t1);
+  if (terminal) print(escaper.finish());
   std::fputc('\n', stdout);
   std::fflush(stdout);
   std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s); generated: %d tokens in %.3f s (%.1f tok/s)\n",

@@ -14,11 +14,13 @@
 #include "cli/common.h"
 #include "dsl/workflow_parser.h"
 #include "runtime/common/error.h"
+#include "runtime/common/terminal_text.h"
 #include "runtime/engine/engine.h"
 #include "runtime/common/atomic_file.h"
 #include "runtime/exec/instances.h"
 #include "runtime/exec/interpreter.h"
 #include "runtime/exec/run_report.h"
+#include "runtime/exec/thread_room.h"
 #include "cli/stream_printer.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/store/cache_dir.h"
@@ -150,6 +152,8 @@ void run_run(const RunOptions& o) {
 
   const bool colour = isatty(STDOUT_FILENO) != 0;
   auto colour_of = [&](const std::string& agent) { return colour ? agent_colour(workflow, agent) : std::string(); };
+  // Model text on a terminal is escaped (runtime/common/terminal_text.h); a pipe or file gets it exactly.
+  auto shown = [&](const std::string& text) { return colour ? escape_for_terminal(text) : text; };
   std::vector<exec::InstanceOutcome> outcomes;
   if (rows.empty()) {
     // One instance: stream every decode token by token.
@@ -167,7 +171,8 @@ void run_run(const RunOptions& o) {
       std::rethrow_exception(outcomes[0].error);
     }
     if (workflow.output)
-      std::cout << (colour ? "\033[1m── output\033[0m\n" : "── output\n") << outcomes[0].result.output << "\n"
+      std::cout << (colour ? "\033[1m── output\033[0m\n" : "── output\n") << shown(outcomes[0].result.output)
+                << "\n"
                 << std::flush;
   } else {
     // Many instances: their calls share engine batches; each decode is printed when its batch finishes.
@@ -183,7 +188,7 @@ void run_run(const RunOptions& o) {
         const std::string c = colour_of(m.agent);
         const std::string title = fmt::format("── row {} · {}", rows[i].line, who);
         std::cout << (c.empty() ? title : fmt::format("\033[1;{}m{}\033[0m", c, title)) << "\n"
-                  << m.text << "\n\n" << std::flush;
+                  << shown(m.text) << "\n\n" << std::flush;
       };
       return hooks;
     };
@@ -202,7 +207,7 @@ void run_run(const RunOptions& o) {
     if (workflow.output)
       std::cout << (colour ? fmt::format("\033[1m── row {} output\033[0m\n", rows[i].line)
                            : fmt::format("── row {} output\n", rows[i].line))
-                << outcomes[i].result.output << "\n";
+                << shown(outcomes[i].result.output) << "\n";
   }
   write_outputs(workflow, o, lm.model->file().path(), rows, outcomes);
   if (failed > 0)
@@ -233,7 +238,7 @@ void register_run(CLI::App& app) {
       ->check(at_least(0));
   cmd->add_option("--concurrency", o->concurrency,
                   "with --inputs: instances in flight at once; their ready calls share engine batches (default 8)")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, exec::kMaxConcurrency));
   cmd->add_option("--cache-dir", o->cache_dir,
                   "persistent store to read encodings from (default $CHOREO_CACHE_DIR, else the XDG cache dir)");
   cmd->add_flag("--no-store", o->no_store, "do not read encodings from the persistent store");

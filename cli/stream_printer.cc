@@ -1,5 +1,7 @@
 #include "cli/stream_printer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -21,6 +23,16 @@ size_t incomplete_utf8_tail(const std::string& text) {
 }
 
 }  // namespace
+
+StreamPrinter::StreamPrinter(const model::Vocab& vocab, std::function<std::string(const std::string&)> colour,
+                             FILE* out)
+    : vocab_(vocab), colour_(std::move(colour)), out_(out), escape_(isatty(fileno(out)) != 0) {}
+
+void StreamPrinter::write(Stream& s, std::string_view bytes) {
+  const std::string escaped = escape_ ? s.escaper.feed(bytes) : std::string();
+  const std::string_view shown = escape_ ? std::string_view(escaped) : bytes;
+  std::fwrite(shown.data(), 1, shown.size(), out_);
+}
 
 void StreamPrinter::start(const std::vector<exec::DecodeBranch>& branches) {
   streams_.clear();
@@ -51,8 +63,12 @@ void StreamPrinter::flush(Stream& s) {
     safe -= std::min(safe, incomplete_utf8_tail(s.text.substr(0, safe)));
   }
   if (safe > s.printed) {
-    std::fwrite(s.text.data() + s.printed, 1, safe - s.printed, out_);
+    write(s, std::string_view(s.text).substr(s.printed, safe - s.printed));
     s.printed = safe;
+  }
+  if (s.done && escape_) {
+    const std::string rest = s.escaper.finish();
+    std::fwrite(rest.data(), 1, rest.size(), out_);
   }
   std::fflush(out_);
 }

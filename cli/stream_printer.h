@@ -4,13 +4,15 @@
 // far, then live) when the one before them finishes, so parallel branches never interleave on screen.
 // Text that could still turn out to be the start of a stop string, or an incomplete UTF-8 character, is held
 // back until it is decided; the engine's final text (cut at the stop string, EOG removed) is what ends up
-// printed.
+// printed. On a terminal the text is escaped (runtime/common/terminal_text.h): escape sequences a model
+// writes are shown, not obeyed. A pipe or file gets the exact text.
 
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "runtime/common/terminal_text.h"
 #include "runtime/exec/interpreter.h"
 #include "runtime/model/vocab.h"
 
@@ -19,9 +21,9 @@ namespace choreo::cli {
 /// Prints decodes token by token; wire its methods to RunHooks.
 class StreamPrinter {
  public:
-  /// `colour(agent)` gives an ANSI SGR colour code ("36") or "" for plain output.
-  StreamPrinter(const model::Vocab& vocab, std::function<std::string(const std::string&)> colour, FILE* out)
-      : vocab_(vocab), colour_(std::move(colour)), out_(out) {}
+  /// `colour(agent)` gives an ANSI SGR colour code ("36") or "" for plain output. The text is escaped when
+  /// `out` is a terminal.
+  StreamPrinter(const model::Vocab& vocab, std::function<std::string(const std::string&)> colour, FILE* out);
 
   void start(const std::vector<exec::DecodeBranch>& branches);
   void token(size_t branch, model::Token token);
@@ -34,14 +36,17 @@ class StreamPrinter {
     std::string text;   // detokenised so far (EOG excluded)
     bool done = false;  // `text` is final
     size_t printed = 0;
+    TerminalEscaper escaper;  // on a terminal
   };
   void header(const Stream& s);
+  void write(Stream& s, std::string_view bytes);
   void flush(Stream& s);
   void advance();
 
   const model::Vocab& vocab_;
   std::function<std::string(const std::string&)> colour_;
   FILE* out_;
+  bool escape_;
   std::vector<Stream> streams_;
   size_t live_ = 0;
 };

@@ -18,11 +18,13 @@ SourceLocation SourceText::location_at(size_t offset) const {
       line_start = i + 1;
     }
   }
+  // Columns count characters, as SourceLocation's do.
+  const int col_in_line = column_at_byte(std::string_view(text).substr(line_start), offset - line_start);
   if (newlines == 0) {
-    where.col = std::max(start.col, 1) + static_cast<int>(offset);
+    where.col = std::max(start.col, 1) + col_in_line - 1;
   } else {
     where.line = start.line + newlines;
-    where.col = 1 + static_cast<int>(offset - line_start);
+    where.col = col_in_line;
   }
   if (start.line <= 0) where.line = 0;  // unknown line: keep only the column relative to the text
   return where;

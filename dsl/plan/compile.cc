@@ -595,9 +595,8 @@ class Compiler {
           if (when && !*when) continue;
           pending.push_back(prepare(call, inner, conditional_ || !when));
         } catch (const InputError& e) {
-          throw InputError(fmt::format("in branch {} = {}: {}", call.for_each->variable.value,
-                                       expr::describe(element), e.message()),
-                           e.hint(), e.where(), e.quoted_line());
+          throw e.with_message(fmt::format("in branch {} = {}: {}", call.for_each->variable.value,
+                                           expr::describe(element), e.message()));
         }
       }
     } else {

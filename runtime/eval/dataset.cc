@@ -19,15 +19,14 @@ constexpr std::array<std::string_view, 4> kFormatNames = {"math", "longbench", "
 
 bool is_blank(std::string_view text) { return text.find_first_not_of(" \t\r\n") == std::string_view::npos; }
 
-/// Where a row is, for errors about it: file:line, quoting the line only when it is short.
+/// Where a row is, for errors about it: file:line, quoting the line (an excerpt of it when it is long).
 struct RowSite {
   const std::string& path;
   int line;
   std::string_view text;
 
   [[noreturn]] void fail(const std::string& message, const std::string& hint = {}) const {
-    throw InputError(message, hint, SourceLocation{path, line, 0},
-                     text.size() <= exec::kMaxQuotedBytes ? std::string(text) : std::string());
+    throw InputError(message, hint, SourceLocation{path, line, 0}, text);
   }
   /// A required string field.
   std::string string(const json& object, std::string_view key) const {
@@ -159,7 +158,7 @@ std::vector<Row> read_jsonl(const std::string& path, MakeRow make) {
     if (!parsed.json_error.empty())
       throw InputError(fmt::format("line is not JSON: {}", parsed.json_error),
                        "each line must be one JSON object",
-                       SourceLocation{path, number, static_cast<int>(parsed.json_error_byte)}, line);
+                       SourceLocation{path, number, parsed.json_error_column()}, line);
     if (!parsed.value.is_object())
       site.fail(fmt::format("the line is {}, not a JSON object", exec::type_name(parsed.value)));
     Row row = make(parsed.value, site, rows.size());

@@ -136,7 +136,7 @@ ResultsFile read_results(const std::string& path) {
       }
       throw InputError(fmt::format("line is not JSON: {}", parsed.json_error),
                        "only the last line of a results file may be cut off",
-                       SourceLocation{path, number, static_cast<int>(parsed.json_error_byte)}, line);
+                       SourceLocation{path, number, parsed.json_error_column()}, line);
     }
     out.rows.push_back(result_from_json(parsed.value, path, number));
     out.lines.push_back(number);

@@ -94,7 +94,7 @@ std::vector<ResultRow> score_file(const std::string& path, Metric metric) {
     if (!parsed.json_error.empty())
       throw InputError(fmt::format("line is not JSON: {}", parsed.json_error),
                        "each line must be one JSON object",
-                       SourceLocation{path, number, static_cast<int>(parsed.json_error_byte)}, line);
+                       SourceLocation{path, number, parsed.json_error_column()}, line);
     rows.push_back(score_line(parsed.value, LineSite{path, number}, metric));
     auto [it, fresh] = seen.emplace(std::make_pair(rows.back().id, rows.back().mode), number);
     if (!fresh)

@@ -63,9 +63,8 @@ class Validator {
 
   CallLine line(const JsonLine& raw) {
     if (!raw.json_error.empty()) {
-      std::string quoted = raw.text.size() <= kMaxQuotedBytes ? raw.text : std::string();
       throw InputError("invalid JSON: " + raw.json_error, "each line holds one call object or a list of them",
-                       {name_, raw.number, int(std::max<size_t>(1, raw.json_error_byte))}, quoted);
+                       {name_, raw.number, raw.json_error_column()}, raw.text);
     }
     const std::vector<ByteRange> ranges = element_ranges(raw.text);
     CallLine out;

@@ -30,8 +30,7 @@ std::vector<InputRow> read_input_rows(const std::string& path, const dsl::Workfl
     if (!parsed.json_error.empty())
       throw InputError(fmt::format("line {} is not valid JSON: {}", number, parsed.json_error),
                        "write one JSON object per line, e.g. {\"problem\": \"What is 2+2?\"}",
-                       SourceLocation{path, number, int(std::min<size_t>(parsed.json_error_byte, line.size() + 1))},
-                       line);
+                       SourceLocation{path, number, parsed.json_error_column()}, line);
     const nlohmann::json& row = parsed.value;
     if (!row.is_object())
       throw InputError(fmt::format("line {} is a JSON {}, not an object", number, row.type_name()),
@@ -51,7 +50,7 @@ std::vector<InputRow> read_input_rows(const std::string& path, const dsl::Workfl
                                      input.name.value, workflow.name.value),
                          fmt::format("add \"{}\" to every row, or give it to all rows with --input {}=VALUE",
                                      input.name.value, input.name.value),
-                         SourceLocation{path, number, 1}, line.substr(0, 200));
+                         SourceLocation{path, number, 1}, line);
     rows.push_back(std::move(r));
   }
   if (rows.empty())

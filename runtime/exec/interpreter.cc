@@ -462,9 +462,8 @@ class Interpreter {
           if (call.when && !condition(*call.when, inner)) continue;
           branches.push_back(prepare(call, inner));
         } catch (const InputError& e) {
-          throw InputError(fmt::format("in branch {} = {}: {}", call.for_each->variable.value,
-                                       dsl::expr::describe(elements[i]), e.message()),
-                           e.hint(), e.where(), e.quoted_line());
+          throw e.with_message(fmt::format("in branch {} = {}: {}", call.for_each->variable.value,
+                                           dsl::expr::describe(elements[i]), e.message()));
         }
       }
     } else {

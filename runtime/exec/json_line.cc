@@ -114,6 +114,8 @@ JsonLine parse_json_line(int number, std::string text) {
       }
     }
   }
+  // The parser's message quotes the text it last read, which can be a whole multi-megabyte string.
+  raw.json_error = clip_text(raw.json_error, kMaxJsonErrorBytes);
   return raw;
 }
 
@@ -128,14 +130,13 @@ std::string type_name(const json& v) {
 }
 
 SourceLocation CallSite::location(size_t byte) const {
-  return {file_, line_.number, byte == std::string::npos ? 0 : int(byte) + 1};
+  return {file_, line_.number, byte == std::string::npos ? 0 : column_at_byte(line_.text, byte)};
 }
 
 void CallSite::fail(const std::string& message, const std::string& hint, size_t byte) const {
   if (byte == std::string::npos) byte = start();
   std::string prefix = batch_index_ >= 0 ? fmt::format("batch call #{}: ", batch_index_ + 1) : "";
-  std::string quoted = line_.text.size() <= kMaxQuotedBytes ? line_.text : std::string();
-  throw InputError(prefix + message, hint, location(byte), quoted);
+  throw InputError(prefix + message, hint, location(byte), line_.text);
 }
 
 size_t CallSite::find(std::string_view needle, size_t from) const {

@@ -16,8 +16,8 @@
 
 namespace choreo::exec {
 
-/// Quoting very long lines (whole documents in "text") in an error helps nobody.
-inline constexpr size_t kMaxQuotedBytes = 240;
+/// The parser's own message (which quotes what it last read) is cut to this many bytes.
+inline constexpr size_t kMaxJsonErrorBytes = 160;
 
 /// " (did you mean 'x'?)" for the candidate closest to `word` (case-insensitive edit distance, at most a
 /// third of its letters), else "".
@@ -42,6 +42,8 @@ struct JsonLine {
   std::string json_error;      // empty when the line parsed
   size_t json_error_byte = 0;  // 1-based byte where parsing failed
   std::string duplicate_key;   // the first key given twice in one object, if any
+  /// The column (in characters, as SourceLocation counts) of json_error_byte.
+  int json_error_column() const { return column_at_byte(text, json_error_byte > 0 ? json_error_byte - 1 : 0); }
 };
 JsonLine parse_json_line(int number, std::string text);
 

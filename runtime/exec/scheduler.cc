@@ -1,8 +1,13 @@
 #include "runtime/exec/scheduler.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <thread>
+
+#include "runtime/common/error.h"
+#include "runtime/exec/thread_room.h"
 
 namespace choreo::exec {
 
@@ -114,30 +119,67 @@ std::vector<std::exception_ptr> BatchScheduler::run(size_t n_jobs, int concurren
                                                     const std::function<void(size_t, CallSink&)>& job) {
   std::vector<std::exception_ptr> errors(n_jobs);
   if (n_jobs == 0) return errors;
-  const int n_workers = int(std::min<size_t>(size_t(std::max(concurrency, 1)), n_jobs));
+  // Never more workers than jobs, and never more than the process limits leave room for (the compute
+  // kernels' OpenMP threads keep theirs); at least one, which this thread could always have run itself.
+  const int room = std::max(thread_room(omp_get_max_threads()), 1);
+  const int n_workers = int(std::min(size_t(std::clamp(concurrency, 1, room)), n_jobs));
   std::atomic<size_t> next{0};
   const uint64_t first_scope = engine_.new_prefix_scopes(n_jobs);
+  auto work = [&] {
+    WorkerSink sink(*this);
+    for (size_t i = next++; i < n_jobs; i = next++) {
+      try {
+        sink.start_instance(first_scope + i);
+        job(i, sink);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+    std::lock_guard lock(mutex_);
+    --running_;
+    wake_scheduler_.notify_one();
+  };
+  // Workers wait for `go` until all of them exist: when one cannot be started, none has run a job yet, and
+  // the ones started are told to stop and are joined before the error leaves.
+  bool go = false, stop = false;
+  std::vector<std::thread> workers;
+  auto stop_workers = [&] {
+    {
+      std::lock_guard lock(mutex_);
+      stop = true;
+    }
+    wake_workers_.notify_all();
+    for (std::thread& t : workers) t.join();
+  };
+  try {
+    workers.reserve(size_t(n_workers));
+    for (int w = 0; w < n_workers; ++w) {
+      try {
+        workers.emplace_back([&] {
+          {
+            std::unique_lock lock(mutex_);
+            wake_workers_.wait(lock, [&] { return go || stop; });
+            if (stop) return;
+          }
+          work();
+        });
+      } catch (const std::system_error& e) {
+        throw RuntimeFailure(fmt::format(
+            "cannot start worker thread {} of {} ({}): lower --concurrency, or raise the limit that ran out "
+            "(ulimit -u: processes, ulimit -v: memory; each worker needs a stack of ulimit -s)",
+            w + 1, n_workers, e.code().message()));
+      }
+    }
+  } catch (...) {
+    stop_workers();
+    throw;
+  }
   {
     std::lock_guard lock(mutex_);
     running_ = n_workers;
+    go = true;
   }
-  std::vector<std::thread> workers;
-  for (int w = 0; w < n_workers; ++w) {
-    workers.emplace_back([&] {
-      WorkerSink sink(*this);
-      for (size_t i = next++; i < n_jobs; i = next++) {
-        try {
-          sink.start_instance(first_scope + i);
-          job(i, sink);
-        } catch (...) {
-          errors[i] = std::current_exception();
-        }
-      }
-      std::lock_guard lock(mutex_);
-      --running_;
-      wake_scheduler_.notify_one();
-    });
-  }
+  wake_workers_.notify_all();
   for (;;) {
     std::unique_lock lock(mutex_);
     wake_scheduler_.wait(lock, [&] { return running_ == 0; });

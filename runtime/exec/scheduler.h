@@ -26,9 +26,11 @@ class BatchScheduler {
   /// `guard` (optional) cleans parents before each batch (`--no-leak`).
   BatchScheduler(runtime::Engine& engine, LeakGuard* guard = nullptr) : engine_(engine), guard_(guard) {}
 
-  /// Runs `n_jobs` jobs on `concurrency` worker threads; job(i, sink) runs instance i, sending its calls to
-  /// `sink`. An exception a job throws is kept and returned at its index (nullptr for success); the other
-  /// jobs continue.
+  /// Runs `n_jobs` jobs on `concurrency` worker threads (fewer when there are fewer jobs or when the process
+  /// limits leave less room: thread_room.h); job(i, sink) runs instance i, sending its calls to `sink`. An
+  /// exception a job throws is kept and returned at its index (nullptr for success); the other jobs continue.
+  /// When a worker thread cannot be started, no job runs: the workers already started are joined and a
+  /// RuntimeFailure says which limit to raise.
   std::vector<std::exception_ptr> run(size_t n_jobs, int concurrency,
                                       const std::function<void(size_t, CallSink&)>& job);
 

@@ -65,7 +65,12 @@ void Model::load_config() {
   c.ffn_dim = int(f.require_int(a + "feed_forward_length"));
   c.n_heads = int(f.require_int(a + "attention.head_count"));
   c.n_kv_heads = int(f.get_int(a + "attention.head_count_kv", c.n_heads));
-  c.n_ctx_train = int(f.get_int(a + "context_length", 2048));
+  const int64_t n_ctx = f.get_int(a + "context_length", 2048);
+  if (n_ctx < 1 || n_ctx > LlamaConfig::kMaxContextLength)
+    throw InputError(fmt::format("{}: metadata key '{}context_length' = {} is out of range (1 to {} tokens)",
+                                 f.path(), a, n_ctx, LlamaConfig::kMaxContextLength),
+                     "the file's metadata is damaged; take the model's context length from its model card");
+  c.n_ctx_train = int(n_ctx);
   c.rms_eps = float(f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
   c.rope_freq_base = float(f.get_float(a + "rope.freq_base", 10000.0));
   auto bad = [&](const std::string& what) {

@@ -27,7 +27,10 @@ struct LlamaConfig {
   int n_kv_heads = 0;
   int head_dim = 0;
   int ffn_dim = 0;
-  int n_ctx_train = 0;
+  int n_ctx_train = 0;  ///< `llama.context_length`, 1..kMaxContextLength
+  /// The largest context_length accepted (2^28 tokens, far past any real model): positions, and sums of a
+  /// position, a prompt and a token budget, stay far from int overflow.
+  static constexpr int64_t kMaxContextLength = int64_t(1) << 28;
   float rms_eps = 1e-5f;
   float rope_freq_base = 10000.0f;
   int rope_dims = 0;

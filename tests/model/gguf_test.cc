@@ -15,7 +15,9 @@
 #include <memory>
 #include <type_traits>
 
+#include "kernels/backend.h"
 #include "runtime/common/error.h"
+#include "runtime/model/llama.h"
 #include "tests/test_paths.h"
 
 using choreo::InputError;
@@ -562,4 +564,43 @@ TEST_CASE("gguf: open reports missing and non-GGUF files by path") {
   CHECK_THROWS_WITH_AS(File::open(empty), doctest::Contains("empty.gguf: empty file"), InputError);
   CHECK_THROWS_WITH_AS(File::open(dir.string()), doctest::Contains("a directory, not a GGUF file"), InputError);
   std::filesystem::remove_all(dir);
+}
+
+TEST_SUITE("hostile") {
+  /// stories260K rewritten by the Writer with `llama.context_length` replaced by `value`, loaded as a model;
+  /// returns the model's context.
+  int load_with_context_length(const Value& value, const std::filesystem::path& path) {
+    File source = File::open(choreo::testing::shared_file("models/stories260K.gguf"));
+    Writer w(source.alignment());
+    bool replaced = false;
+    for (const auto& [key, v] : source.metadata()) {
+      replaced |= key == "llama.context_length";
+      w.set(key, key == "llama.context_length" ? value : v);
+    }
+    REQUIRE(replaced);  // not vacuous: the real file has the key
+    for (const auto& t : source.tensors())
+      w.add_tensor(t.name, t.shape, t.type, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+    w.write(path.string());
+    auto backend = choreo::kernels::make_cpu_backend(1);
+    return choreo::model::Model::load(path.string(), *backend)->config().n_ctx_train;
+  }
+
+  TEST_CASE("gguf: a context_length beyond int range is an InputError naming the file and key, not a wrap") {
+    auto dir = temp_dir();
+    const auto path = dir / "ctx.gguf";
+    // Control: an ordinary value loads and is the model's context.
+    CHECK(load_with_context_length(scalar(ValueType::UINT32, uint64_t{4096}), path) == 4096);
+    // 2^32 + 16 once became a context of 16, 3e9 (u32) a negative one; 2^31 - 1 is past the accepted maximum.
+    for (const Value& v :
+         {scalar(ValueType::UINT64, (uint64_t{1} << 32) + 16),
+          scalar(ValueType::UINT32, uint64_t{3'000'000'000}), scalar(ValueType::INT32, int64_t{2147483647}),
+          scalar(ValueType::INT64, int64_t{-5}), scalar(ValueType::UINT32, uint64_t{0}),
+          scalar(ValueType::UINT64, ~uint64_t{0})}) {
+      CAPTURE(v.to_string());
+      const std::string expected = path.string() + ": metadata key 'llama.context_length' = ";
+      CHECK_THROWS_WITH_AS(load_with_context_length(v, path), doctest::Contains(expected.c_str()),
+                           InputError);
+    }
+    std::filesystem::remove_all(dir);
+  }
 }
