@@ -27,6 +27,31 @@ size_t byte_at_column(std::string_view line, int col) {
 
 constexpr std::string_view kEllipsis = "\u2026";
 
+/// `text` with control characters shown as visible ones, one character for one, so columns still count
+/// right: C0 controls other than tab and newline as their Unicode "control pictures" (ESC as U+241B), DEL
+/// as U+2421, and C1 controls (U+0080..U+009F) as U+FFFD. An error quotes input files, and a file must not
+/// be able to send escape sequences to the terminal through an error message.
+std::string visible_controls(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c < 0x20 && c != '\t' && c != '\n') || c == 0x7f) {
+      const char32_t picture = c == 0x7f ? 0x2421 : 0x2400 + c;
+      out += char(0xE0 | (picture >> 12));
+      out += char(0x80 | ((picture >> 6) & 0x3F));
+      out += char(0x80 | (picture & 0x3F));
+    } else if (c == 0xC2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(text[i + 1]) <= 0x9F) {
+      out += "\uFFFD";
+      ++i;
+    } else {
+      out += char(c);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int column_at_byte(std::string_view line, size_t byte) {
@@ -81,19 +106,20 @@ InputError InputError::with_message(std::string message) const {
 }
 
 std::string InputError::render() const {
-  std::string out = fmt::format("error: {}\n", what());
+  std::string out = fmt::format("error: {}\n", visible_controls(what()));
   if (!quoted_.text.empty()) {
-    out += fmt::format("  | {}\n", quoted_.text);
+    const std::string quoted = visible_controls(quoted_.text);
+    out += fmt::format("  | {}\n", quoted);
     if (quoted_.caret_col > 0) {
       // One blank per character before the caret; a tab stays a tab so the caret lines up after it too.
       std::string pad;
-      const std::string_view before(quoted_.text.data(), byte_at_column(quoted_.text, quoted_.caret_col));
+      const std::string_view before(quoted.data(), byte_at_column(quoted, quoted_.caret_col));
       for (size_t i = 0; i < before.size(); ++i)
         if (!is_continuation(before[i])) pad += before[i] == '\t' ? '\t' : ' ';
       out += fmt::format("  | {}^\n", pad);
     }
   }
-  if (!hint_.empty()) out += fmt::format("hint: {}\n", hint_);
+  if (!hint_.empty()) out += fmt::format("hint: {}\n", visible_controls(hint_));
   return out;
 }
 

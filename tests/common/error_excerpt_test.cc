@@ -93,6 +93,23 @@ TEST_CASE("error excerpt: a short line is quoted whole, the caret under its colu
   }
 }
 
+TEST_CASE("hostile: control characters in a quoted line, message or hint never reach the terminal raw") {
+  // ESC ] 52 would set the clipboard, CSI (U+009B) starts a sequence, BEL, DEL: each becomes one visible
+  // character, so the caret still stands under the located character (the 'X').
+  const std::string line = "a\x1b]52;c;aGk=\x07" "b\xc2\x9b" "c\x7f X";
+  const int col = 19;  // a ESC ] 5 2 ; c ; a G k = BEL b CSI c DEL, a blank, X: the X is character 19
+  const InputError e("bad \x1b[2J name", "hint \x1b[31m", SourceLocation{"f.txt", 1, col}, line);
+  const std::string text = e.render();
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    CHECK_FALSE(((u < 0x20 && c != '\n') || u == 0x7f));
+  }
+  CHECK(text.find("\xc2\x9b") == std::string::npos);
+  CHECK(text.find("\u241B]52") != std::string::npos);  // ESC shown as its control picture
+  const Rendered r = quote_and_caret(text);
+  CHECK(character_under_caret(r) == "X");
+}
+
 TEST_CASE("error excerpt: a long line becomes a bounded window whose caret is on the located character") {
   for (uint32_t seed : {2u, 3u, 4u}) {
     const Line line = random_line(20000, seed);
