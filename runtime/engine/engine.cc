@@ -443,8 +443,11 @@ void Engine::set_disk_store(store::DiskStore* disk, bool persist_prefills) {
   persist_prefills_ = persist_prefills;
 }
 
-std::vector<kv::MessageId> Engine::ancestry(kv::MessageId id) const {
+std::vector<kv::MessageId> Engine::unstored_ancestry(kv::MessageId id) {
   // Depth-first, children after their parents (post-order), each message once however many paths reach it.
+  // An ancestor the store holds a usable entry for ends the walk there: its own ancestors were stored with
+  // it.
+  const store::Compatibility expect{model_.fingerprint(), store_.pool().layout()};
   std::vector<kv::MessageId> order;
   std::unordered_set<kv::MessageId> seen{id};
   std::vector<std::pair<kv::MessageId, size_t>> stack{{id, 0}};  // (message, next parent to visit)
@@ -461,7 +464,8 @@ std::vector<kv::MessageId> Engine::ancestry(kv::MessageId id) const {
       throw InputError(
           fmt::format("persist: message {} was encoded over message {}, which was released", message, parent),
           "persist a message before releasing its parents");
-    if (parent != bos_ && seen.insert(parent).second) stack.push_back({parent, 0});
+    if (parent == bos_ || !seen.insert(parent).second) continue;
+    if (!disk_->open(store_.get(parent).key, expect)) stack.push_back({parent, 0});
   }
   return order;
 }
@@ -492,32 +496,25 @@ void Engine::persist(kv::MessageId id, uint64_t tag) {
     throw InputError(fmt::format("persist: message {} has no complete encoding", id),
                      "only messages encoded in choreo mode can be persisted");
   if (id == bos_) return;  // every engine encodes its own BOS
-  const store::Compatibility expect{model_.fingerprint(), store_.pool().layout()};
-  const std::vector<kv::MessageId> order = ancestry(id);  // ends with `id`
-  std::unordered_set<kv::MessageId> unwritable;           // a directory holds the entry's name (reported)
-  auto missing = [&] {
-    std::vector<kv::MessageId> out;
-    for (kv::MessageId a : order)
-      if (!unwritable.contains(a) && !disk_->open(store_.get(a).key, expect)) out.push_back(a);
-    return out;
-  };
   // The message itself is always written; an ancestor only when the store has no usable entry for it.
-  std::vector<kv::MessageId> to_write = missing();
-  if (to_write.empty() || to_write.back() != id) to_write.push_back(id);
-  // Another process may delete entries meanwhile (`cache gc`, `cache rm`): whatever it took is written
-  // again, each message at most once per attempt, for a bounded number of attempts.
+  std::vector<kv::MessageId> to_write = unstored_ancestry(id);  // parents first, ends with `id`
+  const size_t n_written = to_write.size();
+  // Another process may delete entries meanwhile (`cache gc`, `cache rm`): whatever it took of what this call
+  // wrote is written again, each message at most once per attempt, for a bounded number of attempts.
   constexpr int kMaxAttempts = 3;
+  std::unordered_set<kv::MessageId> unwritable;  // a directory holds the entry's name (save reported it)
   for (int attempt = 1;; ++attempt) {
     for (kv::MessageId a : to_write)
       if (!save_entry(a, tag)) unwritable.insert(a);
-    to_write = missing();
+    std::erase_if(to_write, [&](kv::MessageId a) {
+      return unwritable.contains(a) || disk_->has_file(store_.get(a).key);
+    });
     if (to_write.empty()) return;
     if (attempt == kMaxAttempts)
       throw RuntimeFailure(fmt::format(
-          "persist: the store {} keeps losing entries: {} of the {} entries message {} needs were gone again "
-          "after {} attempts to write them (is another process removing them, e.g. `choreo cache gc` or "
-          "`rm`?)",
-          disk_->dir(), to_write.size(), order.size(), id, kMaxAttempts));
+          "persist: the store {} keeps losing entries: {} of the {} entries written for message {} were gone "
+          "again after {} attempts (is another process removing them, e.g. `choreo cache gc` or `rm`?)",
+          disk_->dir(), to_write.size(), n_written, id, kMaxAttempts));
   }
 }
 

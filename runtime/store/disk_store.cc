@@ -265,6 +265,11 @@ bool DiskStore::save(const EntryMeta& meta_in, std::span<const float* const> pag
   return true;
 }
 
+bool DiskStore::has_file(uint64_t key) const {
+  struct stat st;
+  return is_regular(entry_path(key), st);
+}
+
 std::optional<MappedEntry> DiskStore::open(uint64_t key, const Compatibility& expect) {
   const std::string path = entry_path(key);
   MapFailure failure = MapFailure::None;

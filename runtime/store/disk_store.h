@@ -107,6 +107,9 @@ class DiskStore {
   /// (nothing partial becomes visible), InputError when the directory is not a store and cannot be adopted.
   bool save(const EntryMeta& meta, std::span<const float* const> pages, const SaveOptions& options = {});
 
+  /// True when a regular file sits at the entry's name (its content is not read).
+  bool has_file(uint64_t key) const;
+
   /// The entry with this key when it exists, is a regular file, its header is intact and matches `expect`,
   /// and (when keyed) its MAC is right; otherwise nullopt (an existing but unusable file is reported once).
   std::optional<MappedEntry> open(uint64_t key, const Compatibility& expect);
