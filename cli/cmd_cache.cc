@@ -17,6 +17,7 @@ namespace {
 
 struct CacheOptions {
   std::string cache_dir;
+  std::string key_file;
   bool verify = false;
   std::vector<std::string> keys;
   bool all = false;
@@ -41,7 +42,9 @@ std::string local_time(store::Clock::time_point t) {
 }
 
 /// The store directory, or nullopt (with a note) when it does not exist yet: nothing was ever stored there.
-std::optional<store::DiskStore> open_existing(const CacheOptions& o) {
+/// Opening never writes. With `for_removal` (rm, gc), the directory must carry the store's marker, and no key
+/// is needed (they delete by name and header, never by MAC).
+std::optional<store::DiskStore> open_existing(const CacheOptions& o, bool for_removal = false) {
   std::string dir = store::resolve_cache_dir(o.cache_dir);
   std::error_code ec;
   if (!std::filesystem::exists(dir, ec)) {
@@ -49,7 +52,18 @@ std::optional<store::DiskStore> open_existing(const CacheOptions& o) {
                  dir.c_str());
     return std::nullopt;
   }
-  return store::DiskStore(dir, false);
+  store::DiskStore disk(dir, false, {},
+                        for_removal ? std::nullopt : store::configured_authenticator(o.key_file));
+  if (for_removal) disk.require_marker();
+  return disk;
+}
+
+/// A note for ls and stat on a directory that is not (yet) a marked store: they only read, so they go on.
+void note_unmarked(const store::DiskStore& disk) {
+  if (!disk.marked())
+    std::fprintf(stderr,
+                 "note: %s has no %s marker: it is not a store choreo created (cache rm and gc refuse it)\n",
+                 disk.dir().c_str(), std::string(store::kMarkerName).c_str());
 }
 
 std::string model_label(const store::EntryInfo& e) {
@@ -60,6 +74,7 @@ std::string model_label(const store::EntryInfo& e) {
 void run_ls(const CacheOptions& o) {
   std::optional<store::DiskStore> disk = open_existing(o);
   if (!disk) return;
+  note_unmarked(*disk);
   std::printf("%-16s  %-8s  %10s  %-19s  %-16s  %-6s  %s\n", "key", "tokens", "bytes", "last use", "tag",
               "status", "model");
   for (const store::EntryInfo& e : disk->list(o.verify)) {
@@ -75,19 +90,20 @@ void run_ls(const CacheOptions& o) {
 void run_stat(const CacheOptions& o) {
   std::optional<store::DiskStore> disk = open_existing(o);
   if (!disk) return;
+  note_unmarked(*disk);
   struct Totals {
     size_t entries = 0;
     uint64_t bytes = 0, tokens = 0;
   };
   Totals all;
   std::map<std::string, Totals> per_model;
-  std::vector<const store::EntryInfo*> bad;
+  std::vector<const store::EntryInfo*> bad, unauthenticated;
   std::vector<store::EntryInfo> entries = disk->list(true);  // stat reads every page to check it
   for (const store::EntryInfo& e : entries) {
     ++all.entries;
     all.bytes += e.bytes;
     if (e.problem != store::EntryProblem::Ok) {
-      bad.push_back(&e);
+      (store::depends_on_key(e.problem) ? unauthenticated : bad).push_back(&e);
       continue;
     }
     Totals& t = per_model[model_label(e)];
@@ -97,13 +113,20 @@ void run_stat(const CacheOptions& o) {
   }
   std::printf("store:         %s\n", disk->dir().c_str());
   std::printf("entries:       %zu (%s)\n", all.entries, human_bytes(all.bytes).c_str());
+  std::printf("key:           %s\n", disk->keyed()
+                                         ? "HMAC-SHA256 (entries without the right MAC are rejected)"
+                                         : "none (unkeyed checksums only; docs/store.md)");
   std::printf("corrupt:       %zu\n", bad.size());
+  if (disk->keyed()) std::printf("rejected MAC:  %zu\n", unauthenticated.size());
   std::printf("temp files:    %zu\n", disk->temp_files());
   for (const auto& [model, t] : per_model)
     std::printf("model %s: %zu entries, %llu tokens, %s\n", model.c_str(), t.entries,
                 (unsigned long long)t.tokens, human_bytes(t.bytes).c_str());
   for (const store::EntryInfo* e : bad)
     std::printf("corrupt %s: %s\n", store::key_hex(e->key).c_str(),
+                std::string(store::describe(e->problem)).c_str());
+  for (const store::EntryInfo* e : unauthenticated)
+    std::printf("rejected %s: %s\n", store::key_hex(e->key).c_str(),
                 std::string(store::describe(e->problem)).c_str());
 }
 
@@ -130,7 +153,7 @@ void run_rm(const CacheOptions& o) {
   if (o.all == !o.keys.empty())
     throw InputError(o.all ? "cache rm: give either keys or --all, not both" : "cache rm: nothing to remove",
                      "choreo cache rm KEY... or choreo cache rm --all");
-  std::optional<store::DiskStore> disk = open_existing(o);
+  std::optional<store::DiskStore> disk = open_existing(o, true);
   if (o.all) {
     size_t n = disk ? disk->remove_all() : 0;
     std::printf("removed %zu entries\n", n);
@@ -148,7 +171,7 @@ void run_rm(const CacheOptions& o) {
 void run_gc(const CacheOptions& o) {
   if (!(o.max_mib >= 0)) throw InputError("cache gc: --max-mib must be a number >= 0", "e.g. --max-mib 2048");
   if (!(o.stale_minutes >= 0)) throw InputError("cache gc: --stale-minutes must be a number >= 0");
-  std::optional<store::DiskStore> disk = open_existing(o);
+  std::optional<store::DiskStore> disk = open_existing(o, true);
   if (!disk) return;
   store::GcReport r =
       disk->gc(uint64_t(o.max_mib * 1048576.0), std::chrono::seconds(int64_t(o.stale_minutes * 60)));
@@ -163,6 +186,12 @@ void add_dir_option(CLI::App* cmd, CacheOptions& o) {
                   "~/.cache/choreo/store)");
 }
 
+void add_key_option(CLI::App* cmd, CacheOptions& o) {
+  cmd->add_option("--store-key-file", o.key_file,
+                  "check entries' MACs with the store key in this file (default: $CHOREO_STORE_KEY_FILE; "
+                  "docs/store.md)");
+}
+
 }  // namespace
 
 void register_cache(CLI::App& app) {
@@ -172,11 +201,13 @@ void register_cache(CLI::App& app) {
 
   CLI::App* ls = cache->add_subcommand("ls", "list entries: key, tokens, bytes, last use, tag, model");
   add_dir_option(ls, *o);
-  ls->add_flag("--verify", o->verify, "also read every page and check its checksum");
+  add_key_option(ls, *o);
+  ls->add_flag("--verify", o->verify, "also read every page and check its checksum (and its MAC when keyed)");
   ls->callback([o] { run_ls(*o); });
 
   CLI::App* stat = cache->add_subcommand("stat", "entry count, bytes, per-model breakdown, corrupt entries");
   add_dir_option(stat, *o);
+  add_key_option(stat, *o);
   stat->callback([o] { run_stat(*o); });
 
   CLI::App* rm = cache->add_subcommand("rm", "remove entries by key, or all of them");

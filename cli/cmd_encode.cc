@@ -29,7 +29,7 @@ namespace choreo::cli {
 namespace {
 
 struct EncodeOptions {
-  std::string schema_path, model_path, prompt, prompt_file, cache_dir;
+  std::string schema_path, model_path, prompt, prompt_file, cache_dir, store_key_file;
   bool no_store = false;
   int n_threads = 0;
   int cache_mib = 4096;
@@ -124,7 +124,8 @@ void run_encode(const EncodeOptions& o) {
   runtime::Engine engine(*lm.model, pool);
   std::optional<store::DiskStore> disk;
   if (!o.no_store) {
-    disk.emplace(store::resolve_cache_dir(o.cache_dir));
+    disk.emplace(store::resolve_cache_dir(o.cache_dir), true, store::WarningSink{},
+                 store::configured_authenticator(o.store_key_file));
     engine.set_disk_store(&*disk);  // prefills look there first; we persist below, with the schema's tag
   }
   runtime::pml::EncodedSchema enc = runtime::pml::encode_schema(engine, schema);
@@ -172,6 +173,9 @@ void register_encode(CLI::App& app) {
   cmd->add_option(
       "--cache-dir", o->cache_dir,
       "persistent store directory (default: $CHOREO_CACHE_DIR, else the XDG cache; docs/store.md)");
+  cmd->add_option("--store-key-file", o->store_key_file,
+                  "sign entries written, and require a valid MAC of entries read, with the store key in this "
+                  "file (default: $CHOREO_STORE_KEY_FILE; docs/store.md)");
   cmd->add_flag("--no-store", o->no_store, "neither load from nor write to the persistent store");
   cmd->callback([o] { run_encode(*o); });
 }

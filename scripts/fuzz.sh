@@ -233,12 +233,14 @@ fuzz_run eval_data_fuzz "$eval_data_corpus" "$eval_data_dict" 8192 20
 ninja -C "$build" -j2 store_entry_fuzz
 store_corpus="$build/store-entry-corpus"
 mkdir -p "$store_corpus"
-printf 'CHOREOKV\001\000\000\000' >"$store_corpus/seed_raw"
+printf 'CHOREOKV\002\000\000\000' >"$store_corpus/seed_raw"
 printf '\001abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ' >"$store_corpus/seed_structured"
+printf '\003abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ' >"$store_corpus/seed_signed"
 store_dict="$build/store-entry.dict"
 cat >"$store_dict" <<'DICT'
 "CHOREOKV"
 "\x01\x00\x00\x00"
+"\x02\x00\x00\x00"
 "\xff\xff\xff\xff"
 DICT
 fuzz_run store_entry_fuzz "$store_corpus" "$store_dict" 4096 20

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "runtime/common/error.h"
 #include "runtime/store/disk_store.h"
@@ -442,25 +443,37 @@ void Engine::set_disk_store(store::DiskStore* disk, bool persist_prefills) {
   persist_prefills_ = persist_prefills;
 }
 
-void Engine::persist(kv::MessageId id, uint64_t tag) {
-  if (!disk_) throw InputError("persist: no persistent store is set", "give a cache directory");
-  if (!store_.contains(id)) throw InputError(fmt::format("persist: unknown message {}", id));
-  const kv::Message& m = store_.get(id);
-  if (m.key == 0 || m.tokens.empty() || m.n_encoded != int(m.tokens.size()) || m.pages.pages().empty())
-    throw InputError(fmt::format("persist: message {} has no complete encoding", id),
-                     "only messages encoded in choreo mode can be persisted");
-  if (id == bos_) return;  // every engine encodes its own BOS
-  store::Compatibility expect{model_.fingerprint(), store_.pool().layout()};
-  store::EntryMeta meta;
-  for (const kv::PlacedParent& p : m.parents) {
-    if (!store_.contains(p.message))
+std::vector<kv::MessageId> Engine::unstored_ancestry(kv::MessageId id) {
+  // Depth-first, children after their parents (post-order), each message once however many paths reach it.
+  // An ancestor the store holds a usable entry for ends the walk there: its own ancestors were stored with
+  // it.
+  const store::Compatibility expect{model_.fingerprint(), store_.pool().layout()};
+  std::vector<kv::MessageId> order;
+  std::unordered_set<kv::MessageId> seen{id};
+  std::vector<std::pair<kv::MessageId, size_t>> stack{{id, 0}};  // (message, next parent to visit)
+  while (!stack.empty()) {
+    auto& [message, next] = stack.back();
+    const kv::Message& m = store_.get(message);
+    if (next == m.parents.size()) {
+      order.push_back(message);
+      stack.pop_back();
+      continue;
+    }
+    const kv::MessageId parent = m.parents[next++].message;
+    if (!store_.contains(parent))
       throw InputError(
-          fmt::format("persist: message {} was encoded over message {}, which was released", id, p.message),
+          fmt::format("persist: message {} was encoded over message {}, which was released", message, parent),
           "persist a message before releasing its parents");
-    const kv::Message& parent = store_.get(p.message);
-    if (!disk_->open(parent.key, expect)) persist(p.message, tag);
-    meta.parents.push_back({parent.key, p.offset});
+    if (parent == bos_ || !seen.insert(parent).second) continue;
+    if (!disk_->open(store_.get(parent).key, expect)) stack.push_back({parent, 0});
   }
+  return order;
+}
+
+bool Engine::save_entry(kv::MessageId id, uint64_t tag) {
+  const kv::Message& m = store_.get(id);
+  store::EntryMeta meta;
+  for (const kv::PlacedParent& p : m.parents) meta.parents.push_back({store_.get(p.message).key, p.offset});
   meta.model_fingerprint = model_.fingerprint();
   meta.content_key = m.key;
   meta.tag = tag;
@@ -472,7 +485,37 @@ void Engine::persist(kv::MessageId id, uint64_t tag) {
   meta.layout = store_.pool().layout();
   std::vector<const float*> pages(m.pages.pages().begin(), m.pages.pages().end());
   pages.resize(meta.n_pages());  // a decode may hold a spare page beyond its last token
-  disk_->save(meta, pages);
+  return disk_->save(meta, pages);
+}
+
+void Engine::persist(kv::MessageId id, uint64_t tag) {
+  if (!disk_) throw InputError("persist: no persistent store is set", "give a cache directory");
+  if (!store_.contains(id)) throw InputError(fmt::format("persist: unknown message {}", id));
+  const kv::Message& m = store_.get(id);
+  if (m.key == 0 || m.tokens.empty() || m.n_encoded != int(m.tokens.size()) || m.pages.pages().empty())
+    throw InputError(fmt::format("persist: message {} has no complete encoding", id),
+                     "only messages encoded in choreo mode can be persisted");
+  if (id == bos_) return;  // every engine encodes its own BOS
+  // The message itself is always written; an ancestor only when the store has no usable entry for it.
+  std::vector<kv::MessageId> to_write = unstored_ancestry(id);  // parents first, ends with `id`
+  const size_t n_written = to_write.size();
+  // Another process may delete entries meanwhile (`cache gc`, `cache rm`): whatever it took of what this call
+  // wrote is written again, each message at most once per attempt, for a bounded number of attempts.
+  constexpr int kMaxAttempts = 3;
+  std::unordered_set<kv::MessageId> unwritable;  // a directory holds the entry's name (save reported it)
+  for (int attempt = 1;; ++attempt) {
+    for (kv::MessageId a : to_write)
+      if (!save_entry(a, tag)) unwritable.insert(a);
+    std::erase_if(to_write, [&](kv::MessageId a) {
+      return unwritable.contains(a) || disk_->has_file(store_.get(a).key);
+    });
+    if (to_write.empty()) return;
+    if (attempt == kMaxAttempts)
+      throw RuntimeFailure(fmt::format(
+          "persist: the store {} keeps losing entries: {} of the {} entries written for message {} were gone "
+          "again after {} attempts (is another process removing them, e.g. `choreo cache gc` or `rm`?)",
+          disk_->dir(), to_write.size(), n_written, id, kMaxAttempts));
+  }
 }
 
 std::optional<kv::MessageId> Engine::load(uint64_t key) {

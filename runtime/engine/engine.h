@@ -116,8 +116,11 @@ class Engine {
   /// in memory is loaded from it when present. With `persist_prefills`, every computed prefill is saved to it.
   void set_disk_store(store::DiskStore* disk, bool persist_prefills = false);
   /// Saves a complete message's encoding to the disk store, with its ancestors that are not there yet (so it
-  /// can be loaded by key alone). `tag` is stored as-is (e.g. a PML schema hash). Throws InputError for an
-  /// unknown or incomplete message, or when no disk store is set.
+  /// can be loaded by key alone), parents before children, each message once. If entries it wrote vanish
+  /// meanwhile (another process deleting them), they are written again, at most 3 times in all; then
+  /// RuntimeFailure.
+  /// `tag` is stored as-is (e.g. a PML schema hash). Throws InputError for an unknown or incomplete message,
+  /// a released ancestor, or when no disk store is set.
   void persist(kv::MessageId id, uint64_t tag = 0);
   /// The message with this content key: in memory, else loaded from the disk store (parents first, by key),
   /// else nullopt.
@@ -142,6 +145,12 @@ class Engine {
   std::vector<kernels::KvSegment> segments_for(Work& w);
   kv::Message& new_message(const Placement& placement, int start, const std::string& agent,
                            kv::Visibility visibility);
+  // The persistent store: see persist() and load().
+  // `id` and its ancestors the disk store has no usable entry for, parents first.
+  std::vector<kv::MessageId> unstored_ancestry(kv::MessageId id);
+  bool save_entry(kv::MessageId id, uint64_t tag);              // false: the entry's name is unusable
+  // Loads parents first (recursively). Parents that load are in memory for the next lookup, and a load stops
+  // at its first parent that fails, so the work stays linear in the ancestry even where paths meet.
   std::optional<kv::MessageId> load_from_disk(uint64_t key, int depth);
 
   const model::Model& model_;

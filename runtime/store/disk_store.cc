@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "runtime/common/error.h"
+#include "runtime/store/file_io.h"
 
 namespace choreo::store {
 
@@ -26,15 +27,28 @@ namespace {
 constexpr std::string_view kEntrySuffix = ".ckv";
 constexpr std::string_view kTempSuffix = ".tmp";
 
-std::string errno_text() { return std::strerror(errno); }
+constexpr std::string_view kNotRegular =
+    "not a regular file (a FIFO, symlink, directory, socket or device); skipping it";
 
 /// Holds a flock on `<dir>/lock` for its lifetime.
 class DirLock {
  public:
   DirLock(const std::string& dir, int operation) {
     std::string path = dir + "/lock";
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw RuntimeFailure(fmt::format("cannot open the store lock {}: {}", path, errno_text()));
+    // O_NOFOLLOW | O_NONBLOCK: a symlink at the lock's name is not followed (nor created through), a FIFO
+    // does not block; either is refused below.
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    struct stat st;
+    if (fd_ >= 0 && (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode))) {
+      ::close(fd_);
+      fd_ = -1;
+      errno = EINVAL;
+    }
+    if (fd_ < 0)
+      throw RuntimeFailure(
+          fmt::format("cannot use the store lock {}: {} (it must be a regular file; remove "
+                      "whatever is there and choreo recreates it)",
+                      path, errno == EINVAL || errno == ELOOP ? "not a regular file" : errno_text()));
     while (::flock(fd_, operation) != 0) {
       if (errno != EINTR) {
         ::close(fd_);
@@ -49,27 +63,6 @@ class DirLock {
  private:
   int fd_ = -1;
 };
-
-void write_all(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw RuntimeFailure(fmt::format("cannot write {}: {}", path, errno_text()));
-    }
-    p += w;
-    n -= size_t(w);
-  }
-}
-
-void fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw RuntimeFailure(fmt::format("cannot open {}: {}", dir, errno_text()));
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) throw RuntimeFailure(fmt::format("cannot fsync {}: {}", dir, errno_text()));
-}
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -86,10 +79,21 @@ Clock::time_point mtime_of(const struct stat& st) {
       std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
 }
 
-/// Removes a temporary file unless a live writer holds its lock (a killed writer's lock is gone).
+/// True when `path` is a regular file itself (not a symlink to one); lstat's result in `st`.
+bool is_regular(const std::string& path, struct stat& st) {
+  return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/// Removes a temporary file unless a live writer holds its lock (a killed writer's lock is gone). Only a
+/// regular file is opened (without blocking, without following a link); anything else is left alone.
 bool remove_temp_if_abandoned(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
   if (fd < 0) return false;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return false;
+  }
   bool removed = false;
   if (::flock(fd, LOCK_EX | LOCK_NB) == 0) removed = ::unlink(path.c_str()) == 0;
   ::close(fd);
@@ -129,40 +133,90 @@ std::optional<uint64_t> parse_key_hex(std::string_view text) {
   return key;
 }
 
-DiskStore::DiskStore(std::string dir, bool create, WarningSink warn)
-    : dir_(std::move(dir)), warn_(std::move(warn)) {
+DiskStore::DiskStore(std::string dir, bool create, WarningSink warn, std::optional<EntryAuthenticator> auth)
+    : dir_(std::move(dir)), warn_(std::move(warn)), auth_(std::move(auth)) {
   if (dir_.empty()) throw InputError("the cache directory is empty", "give --cache-dir DIR");
+  if (!warn_) warn_ = [](const std::string& line) { std::fprintf(stderr, "warning: %s\n", line.c_str()); };
   std::error_code ec;
-  if (create) fs::create_directories(dir_, ec);
+  if (create && !fs::exists(dir_, ec)) {
+    fs::path leaf(dir_);
+    if (!leaf.has_filename()) leaf = leaf.parent_path();  // "dir/"
+    fs::create_directories(leaf.parent_path(), ec);
+    // Only the owner may enter a store choreo creates: entries hold prompt tokens, and whoever can write
+    // the directory can forge entries (docs/store.md, "Threat model"). A failure shows just below.
+    (void)::mkdir(leaf.c_str(), 0700);
+  }
   if (!fs::is_directory(dir_, ec)) {
     throw InputError(fmt::format("cache directory {} {}", dir_,
                                  fs::exists(dir_, ec) ? "is not a directory" : "does not exist"),
                      create ? "check the permissions of its parent, or pick another --cache-dir"
                             : "give an existing --cache-dir, or set CHOREO_CACHE_DIR");
   }
-  if (!warn_) warn_ = [](const std::string& line) { std::fprintf(stderr, "warning: %s\n", line.c_str()); };
+  if (create) claim();
+}
+
+bool DiskStore::marked() const { return marker_state(dir_) == MarkerState::Valid; }
+
+void DiskStore::claim() {
+  if (claimed_) return;
+  const std::string marker = dir_ + "/" + std::string(kMarkerName);
+  switch (marker_state(dir_)) {
+    case MarkerState::Valid:
+      break;
+    case MarkerState::Invalid:
+      throw InputError(
+          fmt::format("{} is not a choreo store marker, so {} is not used as a store", marker, dir_),
+          "point --cache-dir (or $CHOREO_CACHE_DIR) at a store, a new directory or an empty one");
+    case MarkerState::Absent:
+      // A store written before markers existed holds only store-named files: adopt it. Anything else is
+      // somebody's directory, which choreo must not fill (or later gc).
+      if (std::optional<std::string> foreign = first_foreign_name(dir_))
+        throw InputError(
+            fmt::format("{} is not a choreo store: it has no {} marker and holds other files (e.g. '{}')",
+                        dir_, kMarkerName, *foreign),
+            "point --cache-dir (or $CHOREO_CACHE_DIR) at a store, a new directory or an empty one");
+      write_marker(dir_);
+      break;
+  }
+  claimed_ = true;
+}
+
+void DiskStore::require_marker() const {
+  if (marked()) return;
+  throw InputError(
+      fmt::format("{} is not a choreo store (no valid {} marker file): refusing to delete anything in it",
+                  dir_, kMarkerName),
+      "check --cache-dir and $CHOREO_CACHE_DIR. A store written by an older choreo is marked by its next "
+      "write "
+      "(e.g. `choreo encode`); docs/store.md explains the marker");
 }
 
 std::string DiskStore::entry_path(uint64_t key) const {
   return dir_ + "/" + key_hex(key) + std::string(kEntrySuffix);
 }
 
-void DiskStore::report(const std::string& path, std::string_view what) {
+void DiskStore::report(const std::string& path, std::string_view what) const {
   if (warned_.insert(path).second)
     warn_(fmt::format("store entry {}: {}; ignoring it (it will be re-encoded)", path, what));
 }
 
-void DiskStore::save(const EntryMeta& meta_in, std::span<const float* const> pages,
+bool DiskStore::save(const EntryMeta& meta_in, std::span<const float* const> pages,
                      const SaveOptions& options) {
+  claim();
   EntryMeta meta = meta_in;
   if (meta.created_unix_ms == 0) meta.created_unix_ms = unix_ms_now();
   const size_t page_bytes = meta.page_bytes();
   if (pages.size() != meta.n_pages() || meta.tokens.empty())
     throw RuntimeFailure(fmt::format("store: entry {} has {} pages for {} tokens", key_hex(meta.content_key),
                                      pages.size(), meta.tokens.size()));
-  std::vector<uint64_t> checksums(pages.size());
-  for (size_t i = 0; i < pages.size(); ++i) checksums[i] = XXH3_64bits(pages[i], page_bytes);
-  std::vector<uint8_t> header = encode_header(meta, checksums);
+  std::vector<std::span<const uint8_t>> page_spans;
+  std::vector<uint64_t> checksums;
+  for (const float* page : pages) {
+    page_spans.emplace_back(reinterpret_cast<const uint8_t*>(page), page_bytes);
+    checksums.push_back(XXH3_64bits(page, page_bytes));
+  }
+  std::vector<uint8_t> header = encode_header(meta, checksums, auth_ ? kMacHmacSha256 : kMacNone);
+  if (auth_) sign_header(header, page_spans, *auth_);
 
   static std::atomic<uint64_t> sequence{0};
   const std::string final_path = entry_path(meta.content_key);
@@ -173,7 +227,7 @@ void DiskStore::save(const EntryMeta& meta_in, std::span<const float* const> pag
     // The temp file's own lock tells gc it belongs to a live writer (the kernel drops it if we die). It is
     // created and locked under the directory lock, so gc (holding it exclusively) never sees it unlocked.
     DirLock shared(dir_, LOCK_SH);
-    fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) throw RuntimeFailure(fmt::format("cannot create {}: {}", temp_path, errno_text()));
     if (::flock(fd, LOCK_EX) != 0) {
       ::unlink(temp_path.c_str());
@@ -181,6 +235,7 @@ void DiskStore::save(const EntryMeta& meta_in, std::span<const float* const> pag
       throw RuntimeFailure(fmt::format("cannot lock {}: {}", temp_path, errno_text()));
     }
   }
+  bool published = false;
   try {
     write_all(fd, header.data(), header.size(), temp_path);
     for (size_t i = 0; i < pages.size(); ++i) {
@@ -189,26 +244,41 @@ void DiskStore::save(const EntryMeta& meta_in, std::span<const float* const> pag
       if (const int pause_ms = pause_after_page_ms())
         std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
     }
-    if (::fsync(fd) != 0) throw RuntimeFailure(fmt::format("cannot fsync {}: {}", temp_path, errno_text()));
+    fsync_file(fd, temp_path);
     {
       DirLock shared(dir_, LOCK_SH);
-      if (::rename(temp_path.c_str(), final_path.c_str()) != 0)
-        throw RuntimeFailure(fmt::format("cannot rename {} to {}: {}", temp_path, final_path, errno_text()));
-      fsync_dir(dir_);
+      published = rename_into_place(temp_path, final_path, dir_);
     }
+    if (!published) ::unlink(temp_path.c_str());
   } catch (...) {
     ::unlink(temp_path.c_str());
     ::close(fd);
     throw;
   }
   ::close(fd);
+  if (!published) {
+    report(final_path, "a directory holds this entry's name, so it cannot be written");
+    return false;
+  }
+  ++entries_written_;
   warned_.erase(final_path);  // a fresh file deserves a fresh report if it goes bad
+  return true;
+}
+
+bool DiskStore::has_file(uint64_t key) const {
+  struct stat st;
+  return is_regular(entry_path(key), st);
 }
 
 std::optional<MappedEntry> DiskStore::open(uint64_t key, const Compatibility& expect) {
   const std::string path = entry_path(key);
-  std::optional<MappedFile> file = MappedFile::open(path);
-  if (!file) return std::nullopt;
+  MapFailure failure = MapFailure::None;
+  std::optional<MappedFile> file = MappedFile::open(path, &failure);
+  if (!file) {
+    if (failure == MapFailure::NotRegularFile) report(path, kNotRegular);
+    if (failure == MapFailure::Unreadable) report(path, "cannot be opened or mapped");
+    return std::nullopt;
+  }
   ParsedEntry parsed = parse_entry(file->bytes());
   EntryProblem problem = parsed.problem;
   if (problem == EntryProblem::Ok) {
@@ -221,6 +291,8 @@ std::optional<MappedEntry> DiskStore::open(uint64_t key, const Compatibility& ex
     else if (m.layout.page_tokens != want.page_tokens || m.layout.n_layers != want.n_layers ||
              m.layout.n_kv_heads != want.n_kv_heads || m.layout.head_dim != want.head_dim)
       problem = EntryProblem::WrongLayout;
+    else if (auth_)
+      problem = check_entry_mac(file->bytes(), parsed, *auth_);
   }
   if (problem != EntryProblem::Ok) {
     report(path, describe(problem));
@@ -257,8 +329,9 @@ void DiskStore::touch(uint64_t key, std::optional<Clock::time_point> when) {
     times[1].tv_sec = 0;
     times[1].tv_nsec = UTIME_NOW;
   }
-  // Best effort: an entry removed meanwhile, or owned by another user, simply keeps its old time.
-  (void)::utimensat(AT_FDCWD, entry_path(key).c_str(), times, 0);
+  // Best effort: an entry removed meanwhile, or owned by another user, simply keeps its old time. A symlink
+  // swapped in at the name is not followed.
+  (void)::utimensat(AT_FDCWD, entry_path(key).c_str(), times, AT_SYMLINK_NOFOLLOW);
 }
 
 std::vector<EntryInfo> DiskStore::list(bool verify_pages) const {
@@ -268,15 +341,19 @@ std::vector<EntryInfo> DiskStore::list(bool verify_pages) const {
     std::string name = de.path().filename().string();
     std::optional<uint64_t> key = entry_key_of(name);
     if (!key) continue;
-    struct stat st;
-    if (::stat(de.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;  // removed meanwhile
     EntryInfo info;
     info.key = *key;
     info.path = de.path().string();
-    info.bytes = uint64_t(st.st_size);
+    MapFailure failure = MapFailure::None;
+    std::optional<MappedFile> file = MappedFile::open(info.path, &failure);
+    if (!file) {
+      if (failure == MapFailure::NotRegularFile) report(info.path, kNotRegular);
+      continue;  // removed meanwhile, or unreadable
+    }
+    struct stat st;
+    if (::lstat(info.path.c_str(), &st) != 0) continue;
+    info.bytes = file->bytes().size();
     info.last_use = mtime_of(st);
-    std::optional<MappedFile> file = MappedFile::open(info.path);
-    if (!file) continue;
     ParsedEntry parsed = parse_entry(file->bytes());
     info.problem = parsed.problem;
     if (info.problem == EntryProblem::Ok && parsed.meta.content_key != *key)
@@ -287,6 +364,13 @@ std::vector<EntryInfo> DiskStore::list(bool verify_pages) const {
           info.problem = EntryProblem::PageChecksum;
           break;
         }
+    }
+    if (info.problem == EntryProblem::Ok && auth_) {
+      // Whether a MAC is there at all shows in the header; whether it is right takes every byte.
+      if (parsed.mac_kind != kMacHmacSha256)
+        info.problem = EntryProblem::MissingMac;
+      else if (verify_pages)
+        info.problem = check_entry_mac(file->bytes(), parsed, *auth_);
     }
     if (parsed.problem == EntryProblem::Ok) info.meta = std::move(parsed.meta);
     out.push_back(std::move(info));
@@ -305,11 +389,19 @@ size_t DiskStore::temp_files() const {
 }
 
 bool DiskStore::remove(uint64_t key) {
+  require_marker();
   DirLock exclusive(dir_, LOCK_EX);
-  return ::unlink(entry_path(key).c_str()) == 0;
+  const std::string path = entry_path(key);
+  struct stat st;
+  if (!is_regular(path, st)) {
+    if (::lstat(path.c_str(), &st) == 0) report(path, kNotRegular);
+    return false;
+  }
+  return ::unlink(path.c_str()) == 0;
 }
 
 size_t DiskStore::remove_all() {
+  require_marker();
   DirLock exclusive(dir_, LOCK_EX);
   size_t removed = 0;
   std::error_code ec;
@@ -317,15 +409,21 @@ size_t DiskStore::remove_all() {
   for (const fs::directory_entry& de : fs::directory_iterator(dir_, ec)) paths.push_back(de.path());
   for (const fs::path& p : paths) {
     std::string name = p.filename().string();
-    if (entry_key_of(name))
-      removed += ::unlink(p.c_str()) == 0;
-    else if (ends_with(name, kTempSuffix))
+    struct stat st;
+    if (entry_key_of(name)) {
+      if (is_regular(p.string(), st))
+        removed += ::unlink(p.c_str()) == 0;
+      else if (::lstat(p.c_str(), &st) == 0)
+        report(p.string(), kNotRegular);
+    } else if (ends_with(name, kTempSuffix)) {
       remove_temp_if_abandoned(p.string());
+    }
   }
   return removed;
 }
 
 GcReport DiskStore::gc(uint64_t max_bytes, std::chrono::seconds stale_temp_age) {
+  require_marker();
   DirLock exclusive(dir_, LOCK_EX);
   GcReport report;
   const Clock::time_point now = Clock::now();
@@ -335,7 +433,7 @@ GcReport DiskStore::gc(uint64_t max_bytes, std::chrono::seconds stale_temp_age) 
     if (ends_with(de.path().filename().string(), kTempSuffix)) temps.push_back(de.path());
   for (const fs::path& p : temps) {
     struct stat st;
-    if (::stat(p.c_str(), &st) != 0 || now - mtime_of(st) < stale_temp_age) continue;
+    if (!is_regular(p.string(), st) || now - mtime_of(st) < stale_temp_age) continue;
     report.temp_files_removed += remove_temp_if_abandoned(p.string());
   }
 
@@ -343,7 +441,8 @@ GcReport DiskStore::gc(uint64_t max_bytes, std::chrono::seconds stale_temp_age) 
   std::vector<const EntryInfo*> usable;
   for (const EntryInfo& e : entries) {
     // Pages are not read here (that is `stat`'s job); a header that cannot be read is garbage to everyone.
-    bool unreadable = e.problem != EntryProblem::Ok;
+    // A missing MAC is not: a reader without the key can still use the entry.
+    bool unreadable = e.problem != EntryProblem::Ok && !depends_on_key(e.problem);
     if (unreadable && ::unlink(e.path.c_str()) == 0) {
       ++report.entries_removed;
       ++report.unusable_removed;

@@ -10,6 +10,12 @@
 //    so nothing else changes it). `gc` evicts least-recently-used entries down to a byte budget.
 //  - `gc` and `rm` hold an exclusive flock on `<dir>/lock`; a writer holds it shared while it creates (and
 //    locks) its temp file and around its rename, so gc never mistakes a starting write for a dead one.
+//  - The directory carries the marker file `CHOREO_STORE`. A writer creates it (or adopts a directory that
+//    holds nothing but store-named files); `gc` and `rm` refuse a directory without it.
+//  - Only regular files are ever opened: anything else at a store name (FIFO, symlink, directory, device)
+//    is reported and skipped, never opened through and never followed.
+//  - With a store key (entry_auth.h), every entry written carries a MAC and an entry without the right one
+//    is treated as absent.
 
 #include <chrono>
 #include <cstdint>
@@ -21,8 +27,10 @@
 #include <vector>
 
 #include "runtime/kv/page_pool.h"
+#include "runtime/store/entry_auth.h"
 #include "runtime/store/entry_format.h"
 #include "runtime/store/mapped_file.h"
+#include "runtime/store/store_marker.h"
 
 namespace choreo::store {
 
@@ -55,8 +63,10 @@ struct EntryInfo {
   std::string path;
   uint64_t bytes = 0;
   Clock::time_point last_use;
-  EntryProblem problem = EntryProblem::Ok;  // header problems; page problems too when pages were verified
-  EntryMeta meta;                           // valid when the header is intact
+  // Header problems (and MissingMac when the store is keyed); page and MAC problems too when pages were
+  // verified.
+  EntryProblem problem = EntryProblem::Ok;
+  EntryMeta meta;  // valid when the header is intact
 };
 
 /// What a gc pass did.
@@ -72,18 +82,36 @@ struct GcReport {
 /// One store directory.
 class DiskStore {
  public:
-  /// Opens `dir`, creating it when `create` is set. Throws InputError when it is not a usable directory.
-  explicit DiskStore(std::string dir, bool create = true, WarningSink warn = {});
+  /// Opens `dir`. With `create`, the store is made ready for writing now: the directory is created (mode
+  /// 0700) when missing, and marked (adopted) when it exists without the marker but holds only store-named
+  /// files. Throws InputError when `dir` is not a usable directory, or (with `create`) when it holds other
+  /// files and no marker. `auth`, when set, signs every entry written and is required of every entry read.
+  explicit DiskStore(std::string dir, bool create = true, WarningSink warn = {},
+                     std::optional<EntryAuthenticator> auth = configured_authenticator());
 
   const std::string& dir() const { return dir_; }
   std::string entry_path(uint64_t key) const;
+  /// True when entries are signed and checked with a store key.
+  bool keyed() const { return auth_.has_value(); }
+  /// True when the directory carries a valid marker file.
+  bool marked() const;
+  /// Throws InputError (with a hint) unless the directory carries a valid marker file.
+  void require_marker() const;
+  /// Entries this object has written (renamed into place).
+  size_t entries_written() const { return entries_written_; }
 
   /// Writes one entry crash-safely, replacing any entry with the same key. `pages` hold meta.n_pages() pages
-  /// of meta.page_bytes() bytes. Throws RuntimeFailure on I/O errors (nothing partial becomes visible).
-  void save(const EntryMeta& meta, std::span<const float* const> pages, const SaveOptions& options = {});
+  /// of meta.page_bytes() bytes. Marks the directory first if needed (see the constructor). Returns false,
+  /// with a warning, when the entry's name is held by a directory, which a rename cannot replace (whatever
+  /// else sits at the name is replaced: a rename never follows a link). Throws RuntimeFailure on I/O errors
+  /// (nothing partial becomes visible), InputError when the directory is not a store and cannot be adopted.
+  bool save(const EntryMeta& meta, std::span<const float* const> pages, const SaveOptions& options = {});
 
-  /// The entry with this key when it exists and its header is intact and matches `expect`; otherwise nullopt
-  /// (an existing but unusable file is reported once).
+  /// True when a regular file sits at the entry's name (its content is not read).
+  bool has_file(uint64_t key) const;
+
+  /// The entry with this key when it exists, is a regular file, its header is intact and matches `expect`,
+  /// and (when keyed) its MAC is right; otherwise nullopt (an existing but unusable file is reported once).
   std::optional<MappedEntry> open(uint64_t key, const Compatibility& expect);
   /// Copies an opened entry's pages into `pages` (reserving them), checking each page's checksum first.
   /// False (reported once; `pages` left holding garbage for the caller to release) on a mismatch.
@@ -96,24 +124,31 @@ class DiskStore {
   /// Records a use now (or at `when`): the LRU order of gc.
   void touch(uint64_t key, std::optional<Clock::time_point> when = std::nullopt);
 
-  /// Every entry file (sorted by key). With `verify_pages`, reads every page to check its checksum.
+  /// Every entry file that is a regular file (sorted by key; anything else at an entry name is reported and
+  /// skipped). With `verify_pages`, reads every page to check its checksum, and its MAC when keyed.
   std::vector<EntryInfo> list(bool verify_pages = false) const;
   /// Number of temporary files (writes in progress or left by a crash).
   size_t temp_files() const;
-  /// Removes one entry; false when there was none.
+  /// Removes one entry; false when there was none. Throws InputError when the directory has no marker.
   bool remove(uint64_t key);
   /// Removes every entry and every temporary file no process is writing; returns the entries removed.
+  /// Throws InputError when the directory has no marker.
   size_t remove_all();
   /// Removes unreadable entries, temporary files older than `stale_temp_age` that no live process holds, and
-  /// least-recently-used entries until the entries total at most `max_bytes`.
+  /// least-recently-used entries until the entries total at most `max_bytes`. Throws InputError when the
+  /// directory has no marker.
   GcReport gc(uint64_t max_bytes, std::chrono::seconds stale_temp_age);
 
  private:
-  void report(const std::string& path, std::string_view what);
+  void report(const std::string& path, std::string_view what) const;
+  void claim();  // marks the directory (or throws) unless done already
 
   std::string dir_;
   WarningSink warn_;
-  std::set<std::string> warned_;  // files already reported by this process
+  std::optional<EntryAuthenticator> auth_;
+  bool claimed_ = false;
+  size_t entries_written_ = 0;
+  mutable std::set<std::string> warned_;  // files already reported by this process
 };
 
 /// Formats a key as the 16 hex digits used in file names.

@@ -30,7 +30,9 @@ struct FixedHeader {
   uint32_t head_dim;
   uint32_t n_pages;
   uint64_t page_bytes;
-  uint64_t reserved[3];
+  uint32_t mac_kind;
+  uint32_t reserved32;
+  uint64_t reserved[2];
 };
 static_assert(sizeof(FixedHeader) == 128, "the fixed header is 128 bytes on disk");
 
@@ -42,11 +44,29 @@ constexpr uint64_t kMaxLayoutDim = uint64_t(1) << 16;
 
 size_t round_up_64(size_t n) { return (n + 63) / 64 * 64; }
 
+bool all_zero(std::span<const uint8_t> bytes) {
+  for (uint8_t b : bytes)
+    if (b != 0) return false;
+  return true;
+}
+
 /// Bytes of the header up to (excluding) the header checksum.
 uint64_t checked_bytes(uint64_t n_tokens, uint64_t n_parents, uint64_t agent_bytes, uint64_t name_bytes,
                        uint64_t n_pages) {
   return sizeof(FixedHeader) + n_tokens * sizeof(int32_t) + n_parents * 2 * sizeof(uint64_t) + agent_bytes +
          name_bytes + n_pages * sizeof(uint64_t);
+}
+
+/// Bytes of the header: everything checked, the header checksum, the MAC field, padding.
+uint64_t total_header_bytes(uint64_t before_checksum) {
+  return round_up_64(before_checksum + sizeof(uint64_t) + kMacBytes);
+}
+
+/// Where the MAC field of a header starts (right after the header checksum).
+size_t mac_offset_of(const FixedHeader& h) {
+  const uint64_t n_pages = (uint64_t(h.n_tokens) + h.page_tokens - 1) / h.page_tokens;
+  return checked_bytes(h.n_tokens, h.n_parents, h.agent_bytes, h.model_name_bytes, n_pages) +
+         sizeof(uint64_t);
 }
 
 uint64_t layout_page_bytes(uint64_t page_tokens, uint64_t n_layers, uint64_t n_kv_heads, uint64_t head_dim) {
@@ -83,17 +103,25 @@ std::string_view describe(EntryProblem problem) {
       return "written by another model";
     case EntryProblem::WrongLayout:
       return "another KV layout";
+    case EntryProblem::MissingMac:
+      return "no MAC (written without the store key)";
+    case EntryProblem::BadMac:
+      return "MAC mismatch (written with another key, or forged)";
   }
   return "?";
 }
 
-size_t header_bytes(const EntryMeta& meta) {
-  return round_up_64(checked_bytes(meta.tokens.size(), meta.parents.size(), meta.agent.size(),
-                                   meta.model_name.size(), meta.n_pages()) +
-                     sizeof(uint64_t));
+bool depends_on_key(EntryProblem problem) {
+  return problem == EntryProblem::MissingMac || problem == EntryProblem::BadMac;
 }
 
-std::vector<uint8_t> encode_header(const EntryMeta& meta, std::span<const uint64_t> page_checksums) {
+size_t header_bytes(const EntryMeta& meta) {
+  return total_header_bytes(checked_bytes(meta.tokens.size(), meta.parents.size(), meta.agent.size(),
+                                          meta.model_name.size(), meta.n_pages()));
+}
+
+std::vector<uint8_t> encode_header(const EntryMeta& meta, std::span<const uint64_t> page_checksums,
+                                   uint32_t mac_kind) {
   FixedHeader h{};
   std::memcpy(h.magic, kEntryMagic, sizeof(h.magic));
   h.format_version = kFormatVersion;
@@ -115,6 +143,7 @@ std::vector<uint8_t> encode_header(const EntryMeta& meta, std::span<const uint64
   h.head_dim = uint32_t(meta.layout.head_dim);
   h.n_pages = uint32_t(page_checksums.size());
   h.page_bytes = meta.page_bytes();
+  h.mac_kind = mac_kind;
 
   std::vector<uint8_t> out(h.header_bytes, 0);
   uint8_t* p = out.data();
@@ -133,7 +162,28 @@ std::vector<uint8_t> encode_header(const EntryMeta& meta, std::span<const uint64
   put(page_checksums.data(), page_checksums.size() * sizeof(uint64_t));
   uint64_t checksum = XXH3_64bits(out.data(), size_t(p - out.data()));
   put(&checksum, sizeof(checksum));
-  return out;
+  return out;  // the MAC field and the padding stay zero
+}
+
+void sign_header(std::span<uint8_t> header, std::span<const std::span<const uint8_t>> pages,
+                 const EntryAuthenticator& auth) {
+  FixedHeader h;
+  std::memcpy(&h, header.data(), sizeof(h));
+  const size_t at = mac_offset_of(h);
+  std::vector<std::span<const uint8_t>> parts{std::span<const uint8_t>(header.data(), at)};
+  parts.insert(parts.end(), pages.begin(), pages.end());
+  const Mac tag = auth.mac(parts);
+  std::memcpy(header.data() + at, tag.data(), tag.size());
+}
+
+std::vector<uint8_t> encode_entry(const EntryMeta& meta, std::span<const std::span<const uint8_t>> pages,
+                                  const EntryAuthenticator* auth) {
+  std::vector<uint64_t> sums;
+  for (std::span<const uint8_t> page : pages) sums.push_back(XXH3_64bits(page.data(), page.size()));
+  std::vector<uint8_t> file = encode_header(meta, sums, auth ? kMacHmacSha256 : kMacNone);
+  if (auth) sign_header(file, pages, *auth);
+  for (std::span<const uint8_t> page : pages) file.insert(file.end(), page.begin(), page.end());
+  return file;
 }
 
 ParsedEntry parse_entry(std::span<const uint8_t> file) {
@@ -158,7 +208,7 @@ ParsedEntry parse_entry(std::span<const uint8_t> file) {
   if (h.n_pages != n_pages) return fail(EntryProblem::Malformed);
   const uint64_t before_checksum =
       checked_bytes(h.n_tokens, h.n_parents, h.agent_bytes, h.model_name_bytes, n_pages);
-  if (h.header_bytes != round_up_64(before_checksum + sizeof(uint64_t))) return fail(EntryProblem::Malformed);
+  if (h.header_bytes != total_header_bytes(before_checksum)) return fail(EntryProblem::Malformed);
   if (h.header_bytes > file.size()) return fail(EntryProblem::Truncated);
   uint64_t stored_checksum;
   std::memcpy(&stored_checksum, file.data() + before_checksum, sizeof(stored_checksum));
@@ -166,6 +216,13 @@ ParsedEntry parse_entry(std::span<const uint8_t> file) {
   // The header is intact from here on: remaining checks are about the rest of the file.
   if (h.kv_dtype != kKvDTypeF32 ||
       h.page_bytes != layout_page_bytes(h.page_tokens, h.n_layers, h.n_kv_heads, h.head_dim))
+    return fail(EntryProblem::Malformed);
+  // An unkeyed entry's MAC field is zero, and the padding always is: no header byte goes unchecked.
+  const size_t mac_at = before_checksum + sizeof(uint64_t);
+  if (h.mac_kind != kMacNone && h.mac_kind != kMacHmacSha256) return fail(EntryProblem::Malformed);
+  if (h.mac_kind == kMacNone && !all_zero(file.subspan(mac_at, kMacBytes)))
+    return fail(EntryProblem::Malformed);
+  if (!all_zero(file.subspan(mac_at + kMacBytes, h.header_bytes - mac_at - kMacBytes)))
     return fail(EntryProblem::Malformed);
   const uint64_t total = h.header_bytes + n_pages * h.page_bytes;
   if (file.size() < total) return fail(EntryProblem::Truncated);
@@ -200,12 +257,22 @@ ParsedEntry parse_entry(std::span<const uint8_t> file) {
   e.page_checksums.resize(n_pages);
   std::memcpy(e.page_checksums.data(), p, n_pages * sizeof(uint64_t));
   e.pages_offset = h.header_bytes;
+  e.mac_kind = h.mac_kind;
+  e.mac_offset = mac_at;
+  std::memcpy(e.mac.data(), file.data() + mac_at, kMacBytes);
   return e;
 }
 
 bool page_intact(std::span<const uint8_t> file, const ParsedEntry& entry, size_t i) {
   const size_t bytes = entry.meta.page_bytes();
   return XXH3_64bits(file.data() + entry.pages_offset + i * bytes, bytes) == entry.page_checksums[i];
+}
+
+EntryProblem check_entry_mac(std::span<const uint8_t> file, const ParsedEntry& entry,
+                             const EntryAuthenticator& auth) {
+  if (entry.mac_kind != kMacHmacSha256) return EntryProblem::MissingMac;
+  const std::span<const uint8_t> parts[] = {file.first(entry.mac_offset), file.subspan(entry.pages_offset)};
+  return auth.verify(parts, entry.mac) ? EntryProblem::Ok : EntryProblem::BadMac;
 }
 
 }  // namespace choreo::store

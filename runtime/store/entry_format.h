@@ -1,7 +1,8 @@
 #pragma once
 // The on-disk format of one persisted message ("entry"), documented in docs/store.md:
 //   fixed header (128 bytes) | tokens | parents | agent | model name | page checksums | header checksum |
-//   zero padding to a multiple of 64 bytes | pages (K/V exactly as in the page pool, one after another).
+//   MAC (32 bytes, zero when the entry is unkeyed) | zero padding to a multiple of 64 bytes |
+//   pages (K/V exactly as in the page pool, one after another).
 // All integers are little-endian (the host order of every machine choreo builds for; a big-endian reader
 // sees a foreign format version and ignores the file). Nothing here touches the file system.
 
@@ -14,12 +15,17 @@
 
 #include "kernels/backend.h"
 #include "runtime/model/vocab.h"
+#include "runtime/store/entry_auth.h"
 
 namespace choreo::store {
 
 inline constexpr char kEntryMagic[8] = {'C', 'H', 'O', 'R', 'E', 'O', 'K', 'V'};
 /// Bumped whenever the layout below changes; files of other versions are ignored (and re-encoded).
-inline constexpr uint32_t kFormatVersion = 1;
+/// 1: no MAC field. 2: a MAC field after the header checksum, and the header's `mac_kind`.
+inline constexpr uint32_t kFormatVersion = 2;
+/// What the MAC field of an entry holds.
+inline constexpr uint32_t kMacNone = 0;        // nothing (zeros): written without a store key
+inline constexpr uint32_t kMacHmacSha256 = 1;  // HMAC-SHA256 of the header before the MAC and of every page
 /// Element type of stored K/V (only fp32 pages exist today).
 inline constexpr uint32_t kKvDTypeF32 = 0;
 
@@ -61,15 +67,32 @@ enum class EntryProblem {
   WrongKey,        // the header's content key is not the one the file is named after
   WrongModel,      // another model's fingerprint
   WrongLayout,     // another KV layout (layers, KV heads, head dim, page tokens, dtype)
+  MissingMac,      // the store is keyed and the entry carries no MAC
+  BadMac,          // the store is keyed and the entry's MAC does not match (another key, or forged)
 };
+/// True for the problems that depend on the reader's store key (MissingMac, BadMac): such an entry may be
+/// fine for another reader, so gc does not count it as unreadable.
+bool depends_on_key(EntryProblem problem);
 /// A short human description of a problem ("header checksum mismatch").
 std::string_view describe(EntryProblem problem);
 
 /// Bytes before the first page (always a multiple of 64).
 size_t header_bytes(const EntryMeta& meta);
 
-/// The header bytes of an entry whose pages have these XXH3-64 checksums (one per page, in order).
-std::vector<uint8_t> encode_header(const EntryMeta& meta, std::span<const uint64_t> page_checksums);
+/// The header bytes of an entry whose pages have these XXH3-64 checksums (one per page, in order), with
+/// `mac_kind` recorded and the MAC field zero (sign_header fills it in).
+std::vector<uint8_t> encode_header(const EntryMeta& meta, std::span<const uint64_t> page_checksums,
+                                   uint32_t mac_kind = kMacNone);
+
+/// Writes the MAC of an entry into its header (made by encode_header with kMacHmacSha256): the MAC covers
+/// every header byte before the MAC field (so every field, the page checksums and the header checksum) and
+/// then every page's bytes, in order.
+void sign_header(std::span<uint8_t> header, std::span<const std::span<const uint8_t>> pages,
+                 const EntryAuthenticator& auth);
+
+/// A whole entry file in memory: the header (signed when `auth` is given), then the pages.
+std::vector<uint8_t> encode_entry(const EntryMeta& meta, std::span<const std::span<const uint8_t>> pages,
+                                  const EntryAuthenticator* auth = nullptr);
 
 /// A parsed entry whose header was checked: `meta` and where each page and its checksum are.
 struct ParsedEntry {
@@ -77,6 +100,9 @@ struct ParsedEntry {
   EntryMeta meta;
   std::vector<uint64_t> page_checksums;
   size_t pages_offset = 0;  // byte offset of page 0
+  uint32_t mac_kind = kMacNone;
+  size_t mac_offset = 0;  // byte offset of the MAC field
+  Mac mac{};
 };
 
 /// Parses and checks the header of an entry file's bytes (any bytes: never reads out of bounds). On any
@@ -85,5 +111,10 @@ ParsedEntry parse_entry(std::span<const uint8_t> file);
 
 /// True when page `i` of a parsed entry matches its checksum.
 bool page_intact(std::span<const uint8_t> file, const ParsedEntry& entry, size_t i);
+
+/// Checks a parsed entry (problem Ok) against the store key: Ok when its MAC is right, MissingMac when it
+/// carries none, BadMac otherwise. Reads every byte of the file.
+EntryProblem check_entry_mac(std::span<const uint8_t> file, const ParsedEntry& entry,
+                             const EntryAuthenticator& auth);
 
 }  // namespace choreo::store

@@ -5,17 +5,30 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <utility>
 
 namespace choreo::store {
 
-std::optional<MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
+std::optional<MappedFile> MappedFile::open(const std::string& path, MapFailure* failure) {
+  auto fail = [failure](MapFailure why) {
+    if (failure) *failure = why;
     return std::nullopt;
+  };
+  if (failure) *failure = MapFailure::None;
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0)
+    return fail(errno == ENOENT ? MapFailure::Missing : MapFailure::Unreadable);
+  if (!S_ISREG(st.st_mode))
+    return fail(MapFailure::NotRegularFile);  // not even opened (a device could react)
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  if (fd < 0) {
+    if (errno == ENOENT) return fail(MapFailure::Missing);
+    return fail(errno == ELOOP ? MapFailure::NotRegularFile : MapFailure::Unreadable);
+  }
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {  // swapped between lstat and open
+    ::close(fd);
+    return fail(MapFailure::NotRegularFile);
   }
   if (st.st_size == 0) {
     ::close(fd);
@@ -23,7 +36,7 @@ std::optional<MappedFile> MappedFile::open(const std::string& path) {
   }
   void* data = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);  // the mapping keeps the file (even once unlinked or replaced by rename)
-  if (data == MAP_FAILED) return std::nullopt;
+  if (data == MAP_FAILED) return fail(MapFailure::Unreadable);
   return MappedFile(static_cast<const uint8_t*>(data), size_t(st.st_size));
 }
 

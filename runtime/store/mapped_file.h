@@ -9,11 +9,21 @@
 
 namespace choreo::store {
 
+/// Why MappedFile::open mapped nothing.
+enum class MapFailure {
+  None,
+  Missing,         // no such file
+  NotRegularFile,  // a FIFO, symlink, directory, socket or device: never opened through, never followed
+  Unreadable,      // could not be opened or mapped (permissions, I/O)
+};
+
 /// A whole file mapped read-only; unmapped on destruction. An empty file maps to an empty span.
 class MappedFile {
  public:
-  /// Maps `path`; nullopt when it does not exist or cannot be opened or mapped.
-  static std::optional<MappedFile> open(const std::string& path);
+  /// Maps `path` when it is a regular file (not a symlink to one); otherwise nullopt, with the reason in
+  /// `failure` when given. Never blocks: whatever sits at `path` is looked at before it is opened, and
+  /// opened with O_NONBLOCK | O_NOFOLLOW in case it was swapped meanwhile.
+  static std::optional<MappedFile> open(const std::string& path, MapFailure* failure = nullptr);
   ~MappedFile();
   MappedFile(MappedFile&& other) noexcept;
   MappedFile& operator=(MappedFile&& other) noexcept;

@@ -2,9 +2,11 @@
 // to take any bytes without reading out of bounds. Two modes, picked by the first byte:
 // - raw: the rest is an entry file. It must parse or be refused; a parsed entry's pages must end exactly at
 //   the end of the file, and checking every page must stay in bounds.
-// - structured: the rest describes an entry (counts, strings, layout, tokens, parents), which is encoded and
-//   must parse back to the same metadata; then one byte chosen by the input is flipped, or the file is cut,
-//   and the result must again parse or be refused, never crash.
+// - structured: the rest describes an entry (counts, strings, layout, tokens, parents), which is encoded
+//   (signed with a fixed store key when the input says so) and must parse back to the same metadata, with
+//   intact pages and a valid MAC; then one byte chosen by the input is flipped, or the file is cut, and the
+//   result must again parse or be refused, never crash, and the damage must show: in the parse, in a page
+//   checksum, or (signed) in the MAC.
 // Checksums make random bytes rarely reach the fields past the header's checksum; the structured mode
 // reaches them.
 
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/store/entry_auth.h"
 #include "runtime/store/entry_format.h"
 
 namespace {
@@ -40,15 +43,28 @@ struct Reader {
   }
 };
 
-void check_parsed(std::span<const uint8_t> file, const ParsedEntry& parsed) {
+const EntryAuthenticator& fuzz_key() {
+  static const uint8_t secret[32] = {'c', 'h', 'o', 'r', 'e', 'o', '-', 'f', 'u', 'z', 'z'};
+  static const EntryAuthenticator key = EntryAuthenticator::from_secret(secret, "fuzz");
+  return key;
+}
+
+/// Checks what a parse promises; returns true when the file parsed and every page and the MAC (when
+/// `keyed`) check out.
+bool check_parsed(std::span<const uint8_t> file, const ParsedEntry& parsed, bool keyed) {
   if (parsed.problem != EntryProblem::Ok) {
     if (describe(parsed.problem).empty()) __builtin_trap();
-    return;
+    return false;
   }
   const size_t n_pages = parsed.meta.n_pages();
   if (parsed.page_checksums.size() != n_pages) __builtin_trap();
   if (parsed.pages_offset + n_pages * parsed.meta.page_bytes() != file.size()) __builtin_trap();
-  for (size_t i = 0; i < n_pages; ++i) (void)page_intact(file, parsed, i);
+  if (parsed.mac_offset + kMacBytes > parsed.pages_offset) __builtin_trap();
+  bool intact = true;
+  for (size_t i = 0; i < n_pages; ++i) intact &= page_intact(file, parsed, i);
+  const EntryProblem mac = check_entry_mac(file, parsed, fuzz_key());
+  if (mac == EntryProblem::MissingMac && parsed.mac_kind == kMacHmacSha256) __builtin_trap();
+  return intact && (!keyed || mac == EntryProblem::Ok);
 }
 
 }  // namespace
@@ -57,9 +73,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   if ((data[0] & 1) == 0) {
     const std::span<const uint8_t> file(data + 1, size - 1);
-    check_parsed(file, parse_entry(file));
+    check_parsed(file, parse_entry(file), false);
     return 0;
   }
+  const bool keyed = (data[0] & 2) != 0;
   Reader in{data + 1, size - 1};
   EntryMeta meta;
   meta.model_fingerprint = in.u64();
@@ -82,10 +99,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> pages(meta.n_pages() * page_bytes);
   for (uint8_t& b : pages) b = in.byte();
   std::vector<uint64_t> sums;
-  for (size_t i = 0; i < meta.n_pages(); ++i) sums.push_back(XXH3_64bits(pages.data() + i * page_bytes, page_bytes));
-  std::vector<uint8_t> file = encode_header(meta, sums);
-  if (file.size() != header_bytes(meta)) __builtin_trap();
-  file.insert(file.end(), pages.begin(), pages.end());
+  std::vector<std::span<const uint8_t>> page_spans;
+  for (size_t i = 0; i < meta.n_pages(); ++i) {
+    sums.push_back(XXH3_64bits(pages.data() + i * page_bytes, page_bytes));
+    page_spans.emplace_back(pages.data() + i * page_bytes, page_bytes);
+  }
+  std::vector<uint8_t> file = encode_entry(meta, page_spans, keyed ? &fuzz_key() : nullptr);
+  if (file.size() != header_bytes(meta) + pages.size()) __builtin_trap();
 
   const ParsedEntry parsed = parse_entry(file);
   if (parsed.problem != EntryProblem::Ok) __builtin_trap();  // what encode_header wrote must read back
@@ -97,8 +117,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       m.layout.n_layers != meta.layout.n_layers || m.layout.n_kv_heads != meta.layout.n_kv_heads ||
       m.layout.head_dim != meta.layout.head_dim || parsed.page_checksums != sums)
     __builtin_trap();
-  for (size_t i = 0; i < m.n_pages(); ++i)
-    if (!page_intact(file, parsed, i)) __builtin_trap();
+  if (!check_parsed(file, parsed, keyed)) __builtin_trap();
+  if (parsed.mac_kind != (keyed ? kMacHmacSha256 : kMacNone)) __builtin_trap();
 
   // One corruption: flip a byte, or cut the file.
   const uint32_t where = in.u32();
@@ -108,6 +128,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     file[where % file.size()] ^= static_cast<uint8_t>(how | 2);
   }
-  check_parsed(file, parse_entry(file));
+  // Every header byte is checked, every page byte is under its checksum, and a signed file is under its MAC:
+  // no single flip or cut may leave a file that passes every check. (A page flip that kept its XXH3-64 would
+  // need a hash collision.)
+  if (check_parsed(file, parse_entry(file), keyed)) __builtin_trap();
   return 0;
 }

@@ -35,6 +35,7 @@ using namespace choreo;
 namespace {
 
 using testing::choreo_binary;
+using testing::computed_and_loaded;
 
 /// A child process with its stdout and stderr in one file.
 struct Child {
@@ -151,14 +152,6 @@ void check_store_consistent(const fs::path& dir) {
     REQUIRE(key);
     if (!fs::exists(disk.entry_path(*key))) CHECK_FALSE(disk.open(*key, store::Compatibility{}));
   }
-}
-
-/// "store DIR: N tokens computed, M loaded from the store; ..." → (N, M); (-1, -1) when absent.
-std::pair<int, int> computed_and_loaded(const std::string& output) {
-  std::smatch m;
-  static const std::regex kLine(R"((\d+) tokens computed, (\d+) loaded from the store)");
-  if (!std::regex_search(output, m, kLine)) return {-1, -1};
-  return {std::stoi(m[1]), std::stoi(m[2])};
 }
 
 }  // namespace

@@ -31,12 +31,7 @@ using testing::SyntheticEntry;
 
 constexpr uint64_t kModel = 0xfeedull;
 
-struct Warnings {
-  std::vector<std::string> lines;
-  store::WarningSink sink() {
-    return [this](const std::string& line) { lines.push_back(line); };
-  }
-};
+using testing::Warnings;
 
 store::Compatibility compat(const kernels::KvLayout& layout = testing::small_layout()) {
   return {kModel, layout};
@@ -67,14 +62,15 @@ std::vector<std::string> names_in(const fs::path& dir) {
 }
 
 TEST_CASE(
-    "store: a saved entry reads back byte for byte; only <key>.ckv (and the lock) remain in the directory") {
+    "store: a saved entry reads back byte for byte; only <key>.ckv (the lock and the marker) remain in the "
+    "directory") {
   ScratchDir dir;
   Warnings w;
   DiskStore disk(dir.str(), true, w.sink());
   SyntheticEntry e = testing::synthetic_entry(0xabcull, 13, kModel);
   save(disk, e);
   CHECK(holds(disk, e));
-  CHECK(names_in(dir.path) == std::vector<std::string>{"0000000000000abc.ckv", "lock"});
+  CHECK(names_in(dir.path) == std::vector<std::string>{"0000000000000abc.ckv", "CHOREO_STORE", "lock"});
   CHECK(!disk.open(0xabdull, compat()));  // absent: nothing, and no warning
   CHECK(w.lines.empty());
   std::vector<store::EntryInfo> listed = disk.list(true);

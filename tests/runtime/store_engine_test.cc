@@ -64,12 +64,7 @@ struct Run {
   }
 };
 
-struct Warnings {
-  std::vector<std::string> lines;
-  store::WarningSink sink() {
-    return [this](const std::string& line) { lines.push_back(line); };
-  }
-};
+using testing::Warnings;
 
 void flip_byte(const std::string& path, uint64_t from_end) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -192,6 +187,32 @@ TEST_CASE(
     REQUIRE(w.lines.size() == 1);
     CHECK(w.lines[0].find("layout") != std::string::npos);
   }
+}
+
+TEST_CASE(
+    "store + engine: persist writes each message of a diamond ancestry once, then only the message and what "
+    "the store lacks") {
+  testing::ScratchDir dir;
+  store::DiskStore disk(dir.str());
+  kv::PagePool pool(stories().model->kv_layout(kPageTokens), size_t(64) << 20);
+  Engine e(*stories().model, pool);
+  e.set_disk_store(&disk);
+  const kv::MessageId a = e.prefill({text("The dog ran."), {}, {}, "", {}}).id;
+  const kv::MessageId b = e.prefill({text(" It was happy."), {{a, {}, {}}}, {}, "", {}}).id;
+  const kv::MessageId c = e.prefill({text(" It was sad."), {{a, {}, {}}}, {}, "", {}}).id;
+  const kv::MessageId d = e.prefill({text(" Then it slept."), {{b, {}, {}}, {c, {}, {}}}, {}, "", {}}).id;
+  e.persist(d);
+  CHECK(disk.entries_written() == 4);  // A once, although two paths lead to it
+  CHECK(disk.list().size() == 4);
+  e.persist(d);
+  CHECK(disk.entries_written() == 5);  // D itself again; its ancestors are there
+  REQUIRE(disk.remove(e.store().get(b).key));
+  e.persist(d);
+  CHECK(disk.entries_written() == 7);  // B (gone) and D
+  kv::PagePool pool2(stories().model->kv_layout(kPageTokens), size_t(64) << 20);
+  Engine reader(*stories().model, pool2);
+  reader.set_disk_store(&disk);
+  CHECK(reader.load(e.store().get(d).key).has_value());
 }
 
 TEST_CASE("store + engine: persist_prefills saves every computed prefill; without a store nothing changes") {

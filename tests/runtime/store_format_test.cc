@@ -3,10 +3,12 @@
 // unnoticed.
 
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <xxhash.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <optional>
 
 #include "runtime/store/cache_dir.h"
@@ -32,24 +34,7 @@ std::vector<uint8_t> file_bytes(const testing::SyntheticEntry& e) {
   return file;
 }
 
-/// Sets an environment variable for the scope, restoring the old value after.
-struct ScopedEnv {
-  std::string name;
-  std::optional<std::string> old;
-  ScopedEnv(std::string n, const char* value) : name(std::move(n)) {
-    if (const char* v = std::getenv(name.c_str())) old = v;
-    if (value)
-      setenv(name.c_str(), value, 1);
-    else
-      unsetenv(name.c_str());
-  }
-  ~ScopedEnv() {
-    if (old)
-      setenv(name.c_str(), old->c_str(), 1);
-    else
-      unsetenv(name.c_str());
-  }
-};
+using testing::ScopedEnv;
 
 TEST_CASE("store format: an encoded entry parses back to the same metadata, pages and checksums") {
   testing::SyntheticEntry e = testing::synthetic_entry(0x1234abcd5678ef01ull, 10, 77);  // 3 pages of 4 tokens
@@ -79,17 +64,16 @@ TEST_CASE("store format: an encoded entry parses back to the same metadata, page
   }
 }
 
-TEST_CASE(
-    "store format: every flipped byte of the checked header is detected; a flipped page byte fails that "
-    "page") {
+TEST_CASE("store format: every flipped byte of the header is detected; a flipped page byte fails that page") {
   testing::SyntheticEntry e = testing::synthetic_entry(42, 6, 5);
   const std::vector<uint8_t> good = file_bytes(e);
   const size_t header = store::header_bytes(e.meta);
-  // The checksum covers everything up to itself; only the zero padding after it (never read) is unchecked.
+  // The checksum covers everything up to itself; the MAC field of an unkeyed entry and the padding after it
+  // must be zero, so no header byte is left unchecked.
   const size_t checked = 128 + e.meta.tokens.size() * 4 + e.meta.parents.size() * 16 + e.meta.agent.size() +
                          e.meta.model_name.size() + e.meta.n_pages() * 8 + 8;
-  REQUIRE(checked <= header);
-  for (size_t i = 0; i < checked; ++i) {
+  REQUIRE(checked + store::kMacBytes <= header);
+  for (size_t i = 0; i < header; ++i) {
     std::vector<uint8_t> bad = good;
     bad[i] ^= 0x10;
     store::ParsedEntry parsed = store::parse_entry(bad);
@@ -126,6 +110,52 @@ TEST_CASE(
   std::vector<uint8_t> version = good;
   version[8] = uint8_t(store::kFormatVersion + 1);  // the version is the u32 after the magic
   CHECK(store::parse_entry(version).problem == EntryProblem::FormatVersion);
+}
+
+/// The pages of a synthetic entry as byte spans.
+std::vector<std::span<const uint8_t>> page_spans(const testing::SyntheticEntry& e) {
+  std::vector<std::span<const uint8_t>> spans;
+  for (const auto& page : e.pages)
+    spans.emplace_back(reinterpret_cast<const uint8_t*>(page.data()), e.meta.page_bytes());
+  return spans;
+}
+
+TEST_CASE(
+    "store format: a signed entry verifies under its key only; no flipped byte anywhere in it goes unnoticed "
+    "by the parse, the page checksums and the MAC together") {
+  testing::ScratchDir keys;
+  const std::string key_path = (keys.path / "key").string();
+  std::ofstream(key_path) << "0123456789abcdef0123456789abcdef";
+  ::chmod(key_path.c_str(), 0600);
+  const store::EntryAuthenticator key = store::EntryAuthenticator::from_key_file(key_path);
+  const uint8_t other_secret[40] = {1};
+  const store::EntryAuthenticator other = store::EntryAuthenticator::from_secret(other_secret, "test");
+  testing::SyntheticEntry e = testing::synthetic_entry(43, 6, 5);
+  const std::vector<uint8_t> good = store::encode_entry(e.meta, page_spans(e), &key);
+  REQUIRE(good.size() == store::header_bytes(e.meta) + 2 * e.meta.page_bytes());
+  store::ParsedEntry parsed = store::parse_entry(good);
+  REQUIRE(parsed.problem == EntryProblem::Ok);
+  CHECK(parsed.mac_kind == store::kMacHmacSha256);
+  CHECK(store::check_entry_mac(good, parsed, key) == EntryProblem::Ok);
+  CHECK(store::check_entry_mac(good, parsed, other) == EntryProblem::BadMac);
+  const std::vector<uint8_t> unsigned_file = file_bytes(e);
+  CHECK(store::check_entry_mac(unsigned_file, store::parse_entry(unsigned_file), key) ==
+        EntryProblem::MissingMac);
+  for (size_t i = 0; i < good.size(); ++i) {
+    std::vector<uint8_t> bad = good;
+    bad[i] ^= 0x04;
+    store::ParsedEntry p = store::parse_entry(bad);
+    CAPTURE(i);
+    CHECK((p.problem != EntryProblem::Ok || store::check_entry_mac(bad, p, key) == EntryProblem::BadMac));
+  }
+}
+
+TEST_CASE("store format: a version 1 entry (no MAC field) is refused as another format version") {
+  testing::SyntheticEntry e = testing::synthetic_entry(44, 5, 5);
+  std::vector<uint8_t> file = file_bytes(e);
+  const uint32_t v1 = 1;
+  std::memcpy(file.data() + 8, &v1, sizeof(v1));
+  CHECK(store::parse_entry(file).problem == EntryProblem::FormatVersion);
 }
 
 TEST_CASE("store format: keys print as 16 hex digits and parse back; anything else is not a key") {

@@ -6,15 +6,62 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <random>
+#include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "runtime/store/disk_store.h"
 #include "runtime/store/entry_format.h"
 #include "tests/scratch_dir.h"
 
 namespace choreo::testing {
+
+/// What `choreo encode` says it did with the store: "store DIR: N tokens computed, M loaded from the store"
+/// -> (N, M); (-1, -1) when the line is absent.
+inline std::pair<int, int> computed_and_loaded(const std::string& output) {
+  std::smatch m;
+  static const std::regex kLine(R"((\d+) tokens computed, (\d+) loaded from the store)");
+  if (!std::regex_search(output, m, kLine)) return {-1, -1};
+  return {std::stoi(m[1]), std::stoi(m[2])};
+}
+
+/// Collects a DiskStore's warnings.
+struct Warnings {
+  std::vector<std::string> lines;
+  store::WarningSink sink() {
+    return [this](const std::string& line) { lines.push_back(line); };
+  }
+  /// True when some warning contains `what`.
+  bool any(const std::string& what) const {
+    for (const std::string& l : lines)
+      if (l.find(what) != std::string::npos) return true;
+    return false;
+  }
+};
+
+/// Sets an environment variable for the scope (unsets it for a null value), restoring the old value after.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> old;
+  ScopedEnv(std::string n, const char* value) : name(std::move(n)) {
+    if (const char* v = std::getenv(name.c_str())) old = v;
+    if (value)
+      ::setenv(name.c_str(), value, 1);
+    else
+      ::unsetenv(name.c_str());
+  }
+  ~ScopedEnv() {
+    if (old)
+      ::setenv(name.c_str(), old->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
+  }
+};
 
 /// An entry with synthetic tokens and K/V, deterministic in (key, n_tokens, layout).
 struct SyntheticEntry {

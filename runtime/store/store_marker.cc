@@ -1,0 +1,76 @@
+#include "runtime/store/store_marker.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
+
+#include "runtime/common/error.h"
+#include "runtime/store/disk_store.h"
+#include "runtime/store/file_io.h"
+
+namespace choreo::store {
+
+namespace fs = std::filesystem;
+
+MarkerState marker_state(const std::string& dir) {
+  const std::string path = dir + "/" + std::string(kMarkerName);
+  // O_NOFOLLOW | O_NONBLOCK: a symlink or a FIFO at the marker's name is no marker, and must not block.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  if (fd < 0) return errno == ENOENT ? MarkerState::Absent : MarkerState::Invalid;
+  struct stat st;
+  char text[64] = {};
+  ssize_t got = -1;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) got = ::read(fd, text, sizeof(text));
+  ::close(fd);
+  const std::string expected = std::string(kMarkerLine) + "\n";
+  if (got < ssize_t(expected.size())) return MarkerState::Invalid;
+  return std::string_view(text, expected.size()) == expected ? MarkerState::Valid : MarkerState::Invalid;
+}
+
+bool is_store_name(std::string_view name) {
+  if (name == "lock" || name == kMarkerName) return true;
+  if (name.size() > 1 && name.front() == '.' && name.ends_with(".tmp")) return true;
+  return name.size() == 20 && name.ends_with(".ckv") && parse_key_hex(name.substr(0, 16)).has_value();
+}
+
+std::optional<std::string> first_foreign_name(const std::string& dir) {
+  std::error_code ec;
+  for (const fs::directory_entry& de : fs::directory_iterator(dir, ec)) {
+    std::string name = de.path().filename().string();
+    if (!is_store_name(name)) return name;
+  }
+  if (ec) throw RuntimeFailure(fmt::format("cannot read the cache directory {}: {}", dir, ec.message()));
+  return std::nullopt;
+}
+
+void write_marker(const std::string& dir) {
+  static std::atomic<uint64_t> sequence{0};
+  const std::string temp =
+      fmt::format("{}/.{}.{}.{}.tmp", dir, kMarkerName, ::getpid(), sequence.fetch_add(1));
+  const std::string path = dir + "/" + std::string(kMarkerName);
+  const std::string content = fmt::format(
+      "{}\nThis directory is a choreo persistent encoding store (entries: CHOREOKV format {}; "
+      "docs/store.md).\n"
+      "`choreo cache gc` and `choreo cache rm` act only on directories that hold this file.\n",
+      kMarkerLine, kFormatVersion);
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) throw RuntimeFailure(fmt::format("cannot create {}: {}", temp, errno_text()));
+  try {
+    write_all(fd, content.data(), content.size(), temp);
+    fsync_file(fd, temp);
+    // Every writer writes the same bytes, so concurrent adopters may each rename theirs: the last one wins.
+    if (!rename_into_place(temp, path, dir))
+      throw RuntimeFailure(fmt::format("cannot create the store marker {}: a directory is in the way", path));
+  } catch (...) {
+    ::unlink(temp.c_str());
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+}
+
+}  // namespace choreo::store
