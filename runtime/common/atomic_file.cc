@@ -149,14 +149,27 @@ TemporaryFile::~TemporaryFile() {
   if (!committed_) ::unlink(path_.c_str());
 }
 
-void TemporaryFile::commit() {
+bool TemporaryFile::publish() {
   if (::fsync(fd_) != 0) io_failure("writing", target_, errno);
   const int closed = ::close(fd_);
   fd_ = -1;
   if (closed != 0) io_failure("writing", target_, errno);
-  if (::rename(path_.c_str(), target_.c_str()) != 0) io_failure("renaming into place", target_, errno);
+  if (::rename(path_.c_str(), target_.c_str()) != 0) {
+    if (errno == EISDIR || errno == ENOTEMPTY || errno == EEXIST) return false;
+    io_failure("renaming into place", target_, errno);
+  }
   committed_ = true;
   fsync_directory_of(target_);
+  return true;
+}
+
+void TemporaryFile::commit() {
+  if (!publish())
+    throw RuntimeFailure(fmt::format("writing '{}' failed: a directory stands at that path", target_));
+}
+
+void write_all_or_throw(int fd, std::string_view bytes, const std::string& path) {
+  if (!write_all(fd, bytes)) io_failure("writing", path, errno);
 }
 
 void write_file_atomically(const std::string& path, std::string_view content) {

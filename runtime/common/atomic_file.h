@@ -32,8 +32,11 @@ class TemporaryFile {
 
   int fd() const { return fd_; }
   const std::string& path() const { return path_; }
-  /// fsync, close and rename over `target`, then fsync the directory. Throws RuntimeFailure on failure (the
-  /// temporary file is removed then).
+  /// fsync, close and rename over `target` (a rename never follows a symlink there: it replaces it), then
+  /// fsync the directory. False, with nothing renamed, when a directory stands at `target` (a rename cannot
+  /// replace one). Throws RuntimeFailure on any other failure. The temporary file is removed unless renamed.
+  bool publish();
+  /// publish(), and a directory at `target` is a RuntimeFailure too.
   void commit();
 
  private:
@@ -41,6 +44,9 @@ class TemporaryFile {
   int fd_ = -1;
   bool committed_ = false;
 };
+
+/// write(2) until all of `bytes` is written, retrying on EINTR; throws RuntimeFailure naming `path`.
+void write_all_or_throw(int fd, std::string_view bytes, const std::string& path);
 
 /// Writes `content` to `path` under the rules above. Throws RuntimeFailure (naming the path) when any step
 /// fails; nothing half-written is left at `path` then. Paths that cannot be written are an InputError.

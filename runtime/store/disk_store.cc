@@ -13,16 +13,19 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
+#include "runtime/common/atomic_file.h"
 #include "runtime/common/error.h"
-#include "runtime/store/file_io.h"
 
 namespace choreo::store {
 
 namespace fs = std::filesystem;
 
 namespace {
+
+std::string errno_text() { return std::strerror(errno); }
 
 constexpr std::string_view kEntrySuffix = ".ckv";
 constexpr std::string_view kTempSuffix = ".tmp";
@@ -218,44 +221,30 @@ bool DiskStore::save(const EntryMeta& meta_in, std::span<const float* const> pag
   std::vector<uint8_t> header = encode_header(meta, checksums, auth_ ? kMacHmacSha256 : kMacNone);
   if (auth_) sign_header(header, page_spans, *auth_);
 
-  static std::atomic<uint64_t> sequence{0};
   const std::string final_path = entry_path(meta.content_key);
-  const std::string temp_path = fmt::format("{}/.{}.{}.{}{}", dir_, key_hex(meta.content_key), ::getpid(),
-                                            sequence.fetch_add(1), kTempSuffix);
-  int fd = -1;
+  std::optional<TemporaryFile> temp;
   {
-    // The temp file's own lock tells gc it belongs to a live writer (the kernel drops it if we die). It is
-    // created and locked under the directory lock, so gc (holding it exclusively) never sees it unlocked.
+    // The temporary file (`.<key>.ckv.<random>.tmp`, created O_EXCL | O_NOFOLLOW by the one output writer)
+    // carries its own lock, which tells gc it belongs to a live writer (the kernel drops it if we die). It is
+    // created and locked under the directory lock, so gc (holding that exclusively) never sees it unlocked.
     DirLock shared(dir_, LOCK_SH);
-    fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) throw RuntimeFailure(fmt::format("cannot create {}: {}", temp_path, errno_text()));
-    if (::flock(fd, LOCK_EX) != 0) {
-      ::unlink(temp_path.c_str());
-      ::close(fd);
-      throw RuntimeFailure(fmt::format("cannot lock {}: {}", temp_path, errno_text()));
-    }
+    temp.emplace(final_path);
+    if (::flock(temp->fd(), LOCK_EX) != 0)
+      throw RuntimeFailure(fmt::format("cannot lock {}: {}", temp->path(), errno_text()));
+  }
+  auto bytes_of = [](const void* data, size_t n) { return std::string_view(static_cast<const char*>(data), n); };
+  write_all_or_throw(temp->fd(), bytes_of(header.data(), header.size()), temp->path());
+  for (size_t i = 0; i < pages.size(); ++i) {
+    write_all_or_throw(temp->fd(), bytes_of(pages[i], page_bytes), temp->path());
+    if (options.after_page) options.after_page(i);
+    if (const int pause_ms = pause_after_page_ms())
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
   }
   bool published = false;
-  try {
-    write_all(fd, header.data(), header.size(), temp_path);
-    for (size_t i = 0; i < pages.size(); ++i) {
-      write_all(fd, pages[i], page_bytes, temp_path);
-      if (options.after_page) options.after_page(i);
-      if (const int pause_ms = pause_after_page_ms())
-        std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
-    }
-    fsync_file(fd, temp_path);
-    {
-      DirLock shared(dir_, LOCK_SH);
-      published = rename_into_place(temp_path, final_path, dir_);
-    }
-    if (!published) ::unlink(temp_path.c_str());
-  } catch (...) {
-    ::unlink(temp_path.c_str());
-    ::close(fd);
-    throw;
+  {
+    DirLock shared(dir_, LOCK_SH);
+    published = temp->publish();  // false: a directory holds the entry's name
   }
-  ::close(fd);
   if (!published) {
     report(final_path, "a directory holds this entry's name, so it cannot be written");
     return false;

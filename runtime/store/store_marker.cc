@@ -8,9 +8,9 @@
 #include <cerrno>
 #include <filesystem>
 
+#include "runtime/common/atomic_file.h"
 #include "runtime/common/error.h"
 #include "runtime/store/disk_store.h"
-#include "runtime/store/file_io.h"
 
 namespace choreo::store {
 
@@ -48,29 +48,16 @@ std::optional<std::string> first_foreign_name(const std::string& dir) {
 }
 
 void write_marker(const std::string& dir) {
-  static std::atomic<uint64_t> sequence{0};
-  const std::string temp =
-      fmt::format("{}/.{}.{}.{}.tmp", dir, kMarkerName, ::getpid(), sequence.fetch_add(1));
   const std::string path = dir + "/" + std::string(kMarkerName);
   const std::string content = fmt::format(
       "{}\nThis directory is a choreo persistent encoding store (entries: CHOREOKV format {}; "
       "docs/store.md).\n"
       "`choreo cache gc` and `choreo cache rm` act only on directories that hold this file.\n",
       kMarkerLine, kFormatVersion);
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) throw RuntimeFailure(fmt::format("cannot create {}: {}", temp, errno_text()));
-  try {
-    write_all(fd, content.data(), content.size(), temp);
-    fsync_file(fd, temp);
-    // Every writer writes the same bytes, so concurrent adopters may each rename theirs: the last one wins.
-    if (!rename_into_place(temp, path, dir))
-      throw RuntimeFailure(fmt::format("cannot create the store marker {}: a directory is in the way", path));
-  } catch (...) {
-    ::unlink(temp.c_str());
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
+  // Every writer writes the same bytes, so concurrent adopters may each rename theirs: the last one wins.
+  TemporaryFile temp(path);
+  write_all_or_throw(temp.fd(), content, temp.path());
+  temp.commit();
 }
 
 }  // namespace choreo::store
