@@ -7,17 +7,29 @@
 
 namespace choreo::dsl::expr {
 
+void SourceText::index_lines() {
+  newlines.clear();
+  for (size_t i = text.find('\n'); i != std::string::npos; i = text.find('\n', i + 1)) newlines.push_back(i);
+  lines_indexed = true;
+}
+
 SourceLocation SourceText::location_at(size_t offset) const {
   offset = std::min(offset, text.size());
   SourceLocation where = start;
   size_t line_start = 0;
-  int newlines = 0;
-  for (size_t i = 0; i < offset; ++i) {
-    if (text[i] == '\n') {
-      ++newlines;
-      line_start = i + 1;
+  size_t before = 0;  // newlines before offset
+  if (lines_indexed) {
+    before = size_t(std::lower_bound(newlines.begin(), newlines.end(), offset) - newlines.begin());
+    if (before > 0) line_start = newlines[before - 1] + 1;
+  } else {
+    for (size_t i = 0; i < offset; ++i) {
+      if (text[i] == '\n') {
+        ++before;
+        line_start = i + 1;
+      }
     }
   }
+  const int newlines = int(before);
   if (newlines == 0) {
     where.col = std::max(start.col, 1) + static_cast<int>(offset);
   } else {
