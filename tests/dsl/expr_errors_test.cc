@@ -64,6 +64,8 @@ TEST_CASE("expr errors: point at the offending character with a message and a hi
       {"agents % 0", 7, "modulo by zero"},
       {"9223372036854775807 + 1", 20, "integer overflow in '+'"},
       {"2 ** 64", 2, "integer overflow in '**'"},
+      {"0 ** -1", 2, "zero to a negative power"},  // docs: a float result that is inf from finite operands
+      {"0.0 ** -1", 4, "zero to a negative power"},
       {"9223372036854775808", 0, "integer literal too large"},
       {"{{ answer }}", 0, "'{{' in an expression", "expressions are written bare here, without {{ }}"},
       {"agents = 3", 7, "unexpected '='", "=="},
