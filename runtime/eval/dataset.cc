@@ -245,8 +245,8 @@ json first_object(const std::string& text) {
   std::string line;
   while (std::getline(in, line)) {
     if (is_blank(line)) continue;
-    json value = json::parse(line, nullptr, false);
-    return value.is_discarded() ? json() : value;
+    exec::JsonLine parsed = exec::parse_json_line(0, line);  // rejects over-deep lines before parsing them
+    return parsed.json_error.empty() ? std::move(parsed.value) : json();
   }
   return json();
 }

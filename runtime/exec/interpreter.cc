@@ -32,7 +32,7 @@ using dsl::expr::MapScope;
 using dsl::expr::Scope;
 using dsl::expr::Type;
 using dsl::expr::Value;
-using dsl::expr::assign_at;
+using dsl::expr::Assignment;
 using model::Token;
 
 /// The largest index an `as` target may write (keeps a typo like `a[10**9]` from allocating a huge list).
@@ -51,9 +51,10 @@ class GlobalScope : public Scope {
     for (const auto& [name, value] : values_) out.push_back(name);
     return out;
   }
-  Value get(const std::string& name) const {
+  /// The value bound to `name` (null when unbound), moved out so that changing it need not copy it.
+  Value take(const std::string& name) {
     auto it = values_.find(name);
-    return it == values_.end() ? Value() : it->second;
+    return it == values_.end() ? Value() : std::move(it->second);
   }
   void set(const std::string& name, Value value) { values_[name] = std::move(value); }
 
@@ -390,7 +391,11 @@ class Interpreter {
             m.field->where,
             fmt::format("dataset field `{}` has no value (datasets are not supported yet)", m.field->value),
             fmt::format("pass it with --input {}=TEXT", m.field->value));
-      return dsl::expr::render(*v);
+      try {
+        return dsl::expr::render_within(*v, dsl::expr::EvalLimits{}.max_string_bytes);
+      } catch (const dsl::expr::ValueLimitError& e) {
+        throw error_at(m.field->where, fmt::format("field `{}`: {}", m.field->value, e.message()), e.hint());
+      }
     }
     throw error_at(m.where, fmt::format("message `{}` is a PML prompt; it cannot be prefilled again", m.name.value),
                    fmt::format("list `{}` as a parent instead", m.name.value));
@@ -595,8 +600,19 @@ class Interpreter {
     return r;
   }
 
-  void bind(const Branch& b, const Value& value) {
-    globals_.set(b.base, assign_at(globals_.get(b.base), b.indices, value));
+  /// Binds each branch's `as` name to its message: every branch of a batch at once, so that a fan-out of n
+  /// branches copies its list once, not n times.
+  void bind(const std::vector<Branch>& branches, std::vector<Value> messages, const SourceLocation& where) {
+    std::map<std::string, std::vector<Assignment>> by_base;
+    for (size_t i = 0; i < branches.size(); ++i)
+      by_base[branches[i].base].push_back({branches[i].indices, std::move(messages[i])});
+    for (auto& [base, assignments] : by_base) {
+      try {
+        globals_.set(base, dsl::expr::assign_all(globals_.take(base), assignments));
+      } catch (const dsl::expr::ValueLimitError& e) {
+        throw error_at(where, fmt::format("binding `{}`: {}", base, e.message()), e.hint());
+      }
+    }
   }
 
   void prefill(const std::vector<Branch>& branches, std::string kind, const SourceLocation& where) {
@@ -612,6 +628,7 @@ class Interpreter {
       engine_error(branches, kind, where, e);
     }
     result_.batches.push_back({"prefill", int(branches.size())});
+    std::vector<Value> messages;
     for (size_t i = 0; i < branches.size(); ++i) {
       const Branch& b = branches[i];
       MessageRecord r = record_of(b, kind, results[i].id, results[i].stats, start_ms);
@@ -619,8 +636,9 @@ class Interpreter {
       r.tokens = b.tokens;
       result_.messages.push_back(r);
       info_[results[i].id] = {b.name, b.role, {}};
-      bind(b, Value::message({results[i].id, b.text}));
+      messages.push_back(Value::message({results[i].id, b.text}));
     }
+    bind(branches, std::move(messages), where);
   }
 
   void decode(const std::vector<Branch>& branches, const SourceLocation& where) {
@@ -656,6 +674,7 @@ class Interpreter {
       engine_error(branches, "decode", where, e);
     }
     result_.batches.push_back({"decode", int(branches.size())});
+    std::vector<Value> messages;
     for (size_t i = 0; i < branches.size(); ++i) {
       const Branch& b = branches[i];
       const runtime::DecodeResult& d = results[i];
@@ -668,9 +687,10 @@ class Interpreter {
       r.tokens.insert(r.tokens.end(), d.generated.begin(), d.generated.end());
       result_.messages.push_back(r);
       info_[d.id] = {b.name, b.role, closing_after(b, d)};
-      bind(b, Value::message({d.id, d.text}));
+      messages.push_back(Value::message({d.id, d.text}));
       if (hooks_.on_decoded) hooks_.on_decoded(r);
     }
+    bind(branches, std::move(messages), where);
   }
 
   const dsl::Workflow& workflow_;

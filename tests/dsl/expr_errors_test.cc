@@ -173,7 +173,19 @@ TEST_CASE("expr limits: huge ranges, long loops, big strings and deep nesting ar
   for (int i = 0; i < 5000; ++i) chain += " + 1";
   CHECK(error_of(chain).message() == "expression is too deeply nested");
   std::string json_deep = "json('" + std::string(1000, '[') + std::string(1000, ']') + "')";
-  CHECK(error_of(json_deep).message().find("nested more than") != std::string::npos);
+  CHECK(error_of(json_deep).message().find(fmt::format("more than {} levels deep", choreo::dsl::expr::kMaxValueDepth)) !=
+        std::string::npos);
+  // A value built past the nesting or size limit (json() may give the deepest allowed value) is an error at
+  // the expression that builds it.
+  const std::string deepest = "json('" + std::string(kMaxValueDepth, '[') + std::string(kMaxValueDepth, ']') + "')";
+  CHECK(evaluate(parse_expression(deepest, kStart), scope()).depth() == kMaxValueDepth);
+  e = error_of("len([" + deepest + "])");
+  CHECK(e.message().find(fmt::format("more than {} levels deep", kMaxValueDepth)) != std::string::npos);
+  CHECK(e.where().col == kStart.col + 4);
+  e = error_of("[range(999)] * 1001");
+  CHECK(e.message().find(fmt::format("more than {} elements", kMaxValueElements)) != std::string::npos);
+  CHECK(e.where().col == kStart.col + 13);
+  CHECK(evaluate(parse_expression("len([range(999)] * 1000)", kStart), scope()).as_int() == 1000);
   // Within limits, the same shapes work.
   CHECK(evaluate(parse_expression(std::string(30, '(') + "1" + std::string(30, ')'), kStart), scope()).as_int() == 1);
 }
