@@ -17,6 +17,7 @@
 #include "dsl/plan/dependence.h"
 #include "dsl/plan/plan.h"
 #include "dsl/arguments.h"
+#include "dsl/budget.h"
 
 namespace choreo::dsl::plan {
 
@@ -130,7 +131,8 @@ struct Pending {
 
 class Compiler {
  public:
-  Compiler(const Workflow& workflow, const Arguments& arguments) : w_(workflow), arguments_(arguments) {}
+  Compiler(const Workflow& workflow, const Arguments& arguments)
+      : w_(workflow), arguments_(arguments), budget_(workflow, arguments.max_steps) {}
 
   Plan run() {
     plan_.workflow = w_.name.value;
@@ -146,6 +148,7 @@ class Compiler {
  private:
   const Workflow& w_;
   const Arguments& arguments_;
+  WorkBudget budget_;
   Plan plan_;
   GlobalScope globals_;
   bool conditional_ = false;           // the steps being compiled may not run
@@ -590,6 +593,7 @@ class Compiler {
     const size_t loop = plan_.loops.size();
     plan_.loops.push_back({repeat.loop.variable.value, 0, false, repeat.where});
     for (size_t k = 0; k < elements.size(); ++k) {
+      budget_.iteration(repeat.loop);
       MapScope inner(&scope);
       inner.set(repeat.loop.variable.value, elements[k]);
       iterations_.push_back({loop, int64_t(k)});
@@ -613,6 +617,7 @@ class Compiler {
     if (call.for_each) {
       const std::vector<Value> elements = iterate(*call.for_each, scope, "this `for`");
       for (const Value& element : elements) {
+        budget_.iteration(*call.for_each);
         MapScope inner(&scope);
         inner.set(call.for_each->variable.value, element);
         try {
@@ -626,6 +631,7 @@ class Compiler {
         }
       }
     } else {
+      budget_.call(call);
       std::optional<bool> when = call.when ? condition(*call.when, scope) : std::optional<bool>(true);
       if (when && !*when) return;
       pending.push_back(prepare(call, scope, conditional_ || !when));

@@ -12,6 +12,7 @@
 #include <span>
 #include <unordered_map>
 
+#include "dsl/budget.h"
 #include "dsl/expr/evaluator.h"
 #include "dsl/expr/parser.h"
 #include "dsl/expr/source.h"
@@ -114,8 +115,9 @@ struct Branch {
 
 class Interpreter {
  public:
-  Interpreter(const dsl::Workflow& workflow, CallSink& engine, const RunHooks& hooks)
-      : workflow_(workflow), engine_(engine), hooks_(hooks), vocab_(engine.model().vocab()) {
+  Interpreter(const dsl::Workflow& workflow, CallSink& engine, const RunHooks& hooks, int64_t max_steps)
+      : workflow_(workflow), engine_(engine), hooks_(hooks), vocab_(engine.model().vocab()),
+        budget_(workflow, max_steps) {
     // A model without a chat template gets ChatML's turns, as llama.cpp's chat tools do.
     format_ = engine.model().chat_format();
     if (format_ == model::ChatFormat::None) format_ = model::ChatFormat::ChatML;
@@ -430,6 +432,7 @@ class Interpreter {
   void run_step(const dsl::Repeat& repeat, const Scope& scope) {
     if (repeat.when && !condition(*repeat.when, scope)) return;
     for (const Value& element : iterate(repeat.loop, scope)) {
+      budget_.iteration(repeat.loop);
       MapScope inner(&scope);
       inner.set(repeat.loop.variable.value, element);
       run_steps(repeat.steps, inner);
@@ -442,6 +445,7 @@ class Interpreter {
     if (call.for_each) {
       const std::vector<Value> elements = iterate(*call.for_each, scope);
       for (size_t i = 0; i < elements.size(); ++i) {
+        budget_.iteration(*call.for_each);
         MapScope inner(&scope);
         inner.set(call.for_each->variable.value, elements[i]);
         try {
@@ -454,6 +458,7 @@ class Interpreter {
         }
       }
     } else {
+      budget_.call(call);
       if (call.when && !condition(*call.when, scope)) return;
       branches.push_back(prepare(call, scope));
     }
@@ -699,6 +704,7 @@ class Interpreter {
   const model::Vocab& vocab_;
   model::ChatFormat format_;
   GlobalScope globals_;
+  dsl::WorkBudget budget_;
   std::unordered_map<kv::MessageId, MessageInfo> info_;
   struct Pinned {
     int offset = 0;
@@ -717,7 +723,7 @@ double clock_ms() {
 
 RunResult run_workflow(const dsl::Workflow& workflow, CallSink& sink, const RunArguments& arguments,
                        const RunHooks& hooks) {
-  return Interpreter(workflow, sink, hooks).run(arguments);
+  return Interpreter(workflow, sink, hooks, arguments.max_steps).run(arguments);
 }
 
 RunResult run_workflow(const dsl::Workflow& workflow, runtime::Engine& engine, const RunArguments& arguments,
