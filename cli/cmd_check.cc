@@ -31,6 +31,7 @@ struct CheckOptions {
   std::vector<std::string> inputs, params;
   std::string dot;  // "", "agents" or "calls"
   bool no_leak = false;
+  int64_t max_steps = dsl::kDefaultMaxSteps;
 };
 
 std::string names_of(const Plan& plan, const std::vector<size_t>& ids, size_t limit) {
@@ -179,7 +180,7 @@ size_t print_no_leak(const Plan& plan) {
 }
 
 void run_check(const CheckOptions& o) {
-  dsl::plan::Arguments arguments{key_values(o.inputs, "--input"), key_values(o.params, "--param")};
+  dsl::plan::Arguments arguments{key_values(o.inputs, "--input"), key_values(o.params, "--param"), o.max_steps};
   const dsl::Workflow workflow = dsl::load_workflow(o.workflow_path);
   const Plan plan = dsl::plan::compile(workflow, arguments);
   const dsl::plan::StepGraph graph = dsl::plan::agent_step_graph(plan);
@@ -214,6 +215,7 @@ void register_check(CLI::App& app) {
   cmd->add_flag("--no-leak", o->no_leak,
                 "show what `run --no-leak` re-encodes fresh instead of the leaks (exit 1 only for visibility "
                 "violations)");
+  add_max_steps_option(*cmd, o->max_steps);
   cmd->callback([o] { run_check(*o); });
 }
 

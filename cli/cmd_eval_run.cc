@@ -37,6 +37,7 @@ struct EvalRunOptions {
   int cache_mib = 4096;
   int page_tokens = 32;
   bool resume = false, no_leak = false, json = false, sync = false;
+  int64_t max_steps = dsl::kDefaultMaxSteps;
 };
 
 std::vector<runtime::Mode> parse_modes(const std::vector<std::string>& names) {
@@ -84,6 +85,7 @@ void run_eval_command(const EvalRunOptions& o) {
   if (!o.metric.empty()) settings.metric = eval::parse_metric(o.metric);
   settings.input_map = eval::InputMap::parse(o.maps);
   settings.shared.params = key_values(o.params, "--param");
+  settings.shared.max_steps = o.max_steps;
   settings.no_leak = o.no_leak;
   settings.page_tokens = o.page_tokens;
   settings.cache_bytes = size_t(o.cache_mib) << 20;
@@ -187,6 +189,7 @@ void add_eval_run(CLI::App& eval_group) {
   cmd.add_option("--cache-mib", o->cache_mib, "KV page pool budget per mode in MiB (default 4096)")
       ->check(at_least(1));
   add_page_tokens_option(cmd, o->page_tokens);
+  add_max_steps_option(cmd, o->max_steps);
   cmd.add_flag("--json", o->json, "print the closing summary as JSON");
   cmd.add_flag("--fsync", o->sync,
                "fsync the results file after every row (survives power loss, not only kills)");

@@ -29,6 +29,7 @@ struct ProfileOptions {
   int n_threads = 0;
   int cache_mib = 4096;
   int page_tokens = 32;
+  int64_t max_steps = dsl::kDefaultMaxSteps;
 };
 
 /// Per-step means over instances, matched by label and order of occurrence.
@@ -53,7 +54,7 @@ void run_profile(const ProfileOptions& o) {
   if (baseline_mode == runtime::Mode::Choreo)
     throw InputError("--baseline must be prefix or naive", "the choreo run is the one being measured");
   const dsl::Workflow workflow = dsl::load_workflow(o.workflow_path);
-  const exec::RunArguments base{key_values(o.inputs, "--input"), key_values(o.params, "--param")};
+  const exec::RunArguments base{key_values(o.inputs, "--input"), key_values(o.params, "--param"), o.max_steps};
   std::vector<exec::InputRow> rows;
   if (o.inputs_path.empty())
     rows.push_back({0, base});
@@ -205,6 +206,7 @@ void register_profile(CLI::App& app) {
   cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget per mode in MiB (default 4096)")
       ->check(at_least(1));
   add_page_tokens_option(*cmd, o->page_tokens);
+  add_max_steps_option(*cmd, o->max_steps);
   cmd->callback([o] { run_profile(*o); });
 }
 

@@ -40,6 +40,7 @@ struct RunOptions {
   bool no_leak = false;
   int cache_mib = 4096;
   int page_tokens = 32;
+  int64_t max_steps = dsl::kDefaultMaxSteps;
 };
 
 /// -m wins; else the workflow's `model:` when it names an existing file (as given, or next to the workflow);
@@ -130,7 +131,7 @@ void report_instance_error(const std::exception_ptr& error, int line, const std:
 
 void run_run(const RunOptions& o) {
   const runtime::Mode mode = runtime::parse_mode(o.mode);
-  exec::RunArguments arguments{key_values(o.inputs, "--input"), key_values(o.params, "--param")};
+  exec::RunArguments arguments{key_values(o.inputs, "--input"), key_values(o.params, "--param"), o.max_steps};
   const dsl::Workflow workflow = dsl::load_workflow(o.workflow_path);
   std::vector<exec::InputRow> rows;
   if (!o.inputs_path.empty()) rows = exec::read_input_rows(o.inputs_path, workflow, arguments, key_values(o.maps, "--map"));
@@ -247,6 +248,7 @@ void register_run(CLI::App& app) {
   cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget in MiB (default 4096)")
       ->check(at_least(1));
   add_page_tokens_option(*cmd, o->page_tokens);
+  add_max_steps_option(*cmd, o->max_steps);
   cmd->callback([o] { run_run(*o); });
 }
 

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "dsl/budget.h"
 #include "runtime/common/error.h"
 #include "runtime/common/paths.h"
 
@@ -52,6 +53,13 @@ CLI::Validator at_least(long min) {
 void add_page_tokens_option(CLI::App& cmd, int& page_tokens) {
   cmd.add_option("--page-tokens", page_tokens, "tokens per KV page (default 32)")
       ->check(CLI::Range(1, kernels::kMaxPageTokens));
+}
+
+void add_max_steps_option(CLI::App& cmd, int64_t& max_steps) {
+  cmd.add_option("--max-steps", max_steps,
+                 fmt::format("work bound of the workflow: loop iterations and calls it may take (default {})",
+                             dsl::kDefaultMaxSteps))
+      ->check(at_least(1));
 }
 
 void add_model_options(CLI::App& cmd, std::string& model_path, int& n_threads) {

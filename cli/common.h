@@ -39,6 +39,9 @@ CLI::Validator at_least(long min);
 /// Adds `--page-tokens` (tokens per KV page, 1 to kernels::kMaxPageTokens) to a subcommand.
 void add_page_tokens_option(CLI::App& cmd, int& page_tokens);
 
+/// Adds `--max-steps` (the work bound of a workflow run or check: loop iterations and calls, dsl/budget.h).
+void add_max_steps_option(CLI::App& cmd, int64_t& max_steps);
+
 /// Adds `-m/--model` and `-t/--threads` to a subcommand.
 void add_model_options(CLI::App& cmd, std::string& model_path, int& n_threads);
 

@@ -31,6 +31,26 @@ class Evaluator {
 
   Value eval(const Node& node) {
     context_.step(node.offset);
+    try {
+      return eval_node(node);
+    } catch (const ValueLimitError& e) {  // a value built by this node is too deep or too large
+      throw context_.error(node.offset, e.message(), e.hint());
+    }
+  }
+
+  /// Evaluates `node` and requires a bool; `role` names what needs it ("'and'", "'if'", "the condition").
+  bool condition(const Node& node, std::string_view role) {
+    Value v = eval(node);
+    if (v.type() != Type::Bool)
+      throw context_.error(start_offset(node), fmt::format("{} needs true or false, got {} {}", role, v.type_name(), describe(v)),
+                           v.is_null()     ? "test for a missing value with x != null"
+                           : v.is_number() ? "compare explicitly, e.g. n > 0"
+                                           : "compare explicitly, e.g. x == 'yes' or len(xs) > 0");
+    return v.as_bool();
+  }
+
+ private:
+  Value eval_node(const Node& node) {
     switch (node.kind) {
       case NodeKind::Literal: return node.literal;
       case NodeKind::Name: return name(node);
@@ -78,18 +98,6 @@ class Evaluator {
     return Value::null();
   }
 
-  /// Evaluates `node` and requires a bool; `role` names what needs it ("'and'", "'if'", "the condition").
-  bool condition(const Node& node, std::string_view role) {
-    Value v = eval(node);
-    if (v.type() != Type::Bool)
-      throw context_.error(start_offset(node), fmt::format("{} needs true or false, got {} {}", role, v.type_name(), describe(v)),
-                           v.is_null()     ? "test for a missing value with x != null"
-                           : v.is_number() ? "compare explicitly, e.g. n > 0"
-                                           : "compare explicitly, e.g. x == 'yes' or len(xs) > 0");
-    return v.as_bool();
-  }
-
- private:
   Value name(const Node& node) {
     for (auto it = locals_.rbegin(); it != locals_.rend(); ++it)
       if (it->first == node.name) return it->second;

@@ -44,6 +44,8 @@ Value integer_power(int64_t base, int64_t exponent, Context& context, size_t off
   return Value::integer(result);
 }
 
+Value float_arithmetic(Op op, const Value& left, const Value& right, Context& context, size_t offset);
+
 Value integer_arithmetic(Op op, int64_t a, int64_t b, Context& context, size_t offset) {
   int64_t result = 0;
   bool overflow = false;
@@ -70,7 +72,8 @@ Value integer_arithmetic(Op op, int64_t a, int64_t b, Context& context, size_t o
       return Value::integer(op == Op::Modulo ? remainder : quotient);
     }
     case Op::Power:
-      if (b < 0) return Value::floating(std::pow(static_cast<double>(a), static_cast<double>(b)));
+      // A negative exponent gives a float, computed (and checked) as the float operator does: 0 ** -1 is an error.
+      if (b < 0) return float_arithmetic(op, Value::integer(a), Value::integer(b), context, offset);
       return integer_power(a, b, context, offset);
     default: break;
   }

@@ -13,9 +13,9 @@ namespace choreo::dsl::expr {
 
 /// Bounds that keep parsing (and later evaluation, which recurses over the tree) off the stack limit.
 struct ParseLimits {
-  int max_nesting = 64;        ///< brackets, parentheses and unary operators nested inside each other
-  int max_height = 256;        ///< height of the syntax tree (long operator chains count too)
-  size_t max_bytes = 1 << 20;  ///< expression text length
+  int max_nesting = kMaxValueDepth;  ///< brackets, parentheses and unary operators nested inside each other
+  int max_height = 256;              ///< height of the syntax tree (long operator chains count too)
+  size_t max_bytes = 1 << 20;        ///< expression text length
 };
 
 /// Parses a bare expression; `location` is where its first character sits in its file. Throws InputError.

@@ -7,23 +7,34 @@
 
 namespace choreo::dsl::expr {
 
+void SourceText::index_lines() {
+  newlines.clear();
+  for (size_t i = text.find('\n'); i != std::string::npos; i = text.find('\n', i + 1)) newlines.push_back(i);
+  lines_indexed = true;
+}
+
 SourceLocation SourceText::location_at(size_t offset) const {
   offset = std::min(offset, text.size());
   SourceLocation where = start;
   size_t line_start = 0;
-  int newlines = 0;
-  for (size_t i = 0; i < offset; ++i) {
-    if (text[i] == '\n') {
-      ++newlines;
-      line_start = i + 1;
+  size_t before = 0;  // newlines before offset
+  if (lines_indexed) {
+    before = size_t(std::lower_bound(newlines.begin(), newlines.end(), offset) - newlines.begin());
+    if (before > 0) line_start = newlines[before - 1] + 1;
+  } else {
+    for (size_t i = 0; i < offset; ++i) {
+      if (text[i] == '\n') {
+        ++before;
+        line_start = i + 1;
+      }
     }
   }
   // Columns count characters, as SourceLocation's do.
   const int col_in_line = column_at_byte(std::string_view(text).substr(line_start), offset - line_start);
-  if (newlines == 0) {
+  if (before == 0) {
     where.col = std::max(start.col, 1) + col_in_line - 1;
   } else {
-    where.line = start.line + newlines;
+    where.line = start.line + int(before);
     where.col = col_in_line;
   }
   if (start.line <= 0) where.line = 0;  // unknown line: keep only the column relative to the text

@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/common/error.h"
 
@@ -18,6 +19,13 @@ namespace choreo::dsl::expr {
 struct SourceText {
   std::string text;
   SourceLocation start;
+  /// Offsets of the '\n's in `text` once index_lines() has run (for long texts such as PML documents, which
+  /// ask for many locations): location_at() then takes O(log lines) instead of O(offset).
+  std::vector<size_t> newlines;
+  bool lines_indexed = false;
+
+  /// Fills `newlines` (call before sharing the text).
+  void index_lines();
 
   /// The file location of the character at `offset` (offset == text.size() is the end of the text).
   SourceLocation location_at(size_t offset) const;

@@ -167,11 +167,6 @@ Value regex_call(const Arguments& args, bool capture) {
   return args.context.make_string(args.call_offset, std::move(*captured));
 }
 
-/// Thrown from the JSON parser callback when nesting goes past the limit.
-struct JsonTooDeep {};
-
-constexpr int kMaxJsonDepth = 64;
-
 Value from_json(const nlohmann::json& j, Context& context, size_t offset) {
   context.step(offset);
   switch (j.type()) {
@@ -203,14 +198,13 @@ Value from_json(const nlohmann::json& j, Context& context, size_t offset) {
 Value json(const Arguments& args) {
   const std::string& text = args.text(0);
   args.context.scan(args.call_offset, text.size() * 4);  // parsing builds a tree several times the text
+  // Rejected before parsing: nlohmann and from_json() recurse once per level.
+  if (find_too_deep_json(text) != std::string_view::npos)
+    throw args.error(0, fmt::format("json() input nests lists and objects more than {} levels deep", kMaxValueDepth),
+                     "values nest at most that deep");
   nlohmann::json parsed;
   try {
-    parsed = nlohmann::json::parse(text, [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-      if (depth > kMaxJsonDepth) throw JsonTooDeep{};
-      return true;
-    });
-  } catch (const JsonTooDeep&) {
-    throw args.error(0, fmt::format("json() input is nested more than {} levels deep", kMaxJsonDepth), " ");
+    parsed = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     std::string message = e.what();
     if (size_t at = message.find("] "); at != std::string::npos) message = message.substr(at + 2);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -43,15 +44,83 @@ Value Value::string(std::string s) {
   v.data_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
+namespace {
+
+/// The summary of a list or dict holding `item`s, or a ValueLimitError when it passes a limit.
+class SummaryBuilder {
+ public:
+  void add(const Value::Summary& item) {
+    out_.depth = std::max(out_.depth, item.depth + 1);
+    out_.elements += 1 + item.elements;  // no overflow: each item holds at most kMaxValueElements
+    out_.message_depths |= deeper(item.message_depths);
+    out_.unknown_text_depths |= deeper(item.unknown_text_depths);
+    if (out_.elements > kMaxValueElements)
+      throw ValueLimitError(fmt::format("a value would hold more than {} elements", kMaxValueElements),
+                            "lists and dicts hold at most that many elements in all, nested ones included; make "
+                            "the data smaller");
+  }
+  SummaryBuilder() { out_.depth = 1; }  // a list or dict is one level, even when empty
+  Value::Summary done() const {
+    if (out_.depth > kMaxValueDepth)
+      throw ValueLimitError(fmt::format("a value would nest lists and dicts more than {} levels deep", kMaxValueDepth),
+                            "values nest at most that deep; flatten the data (e.g. append to a list instead of "
+                            "wrapping it in a new one each iteration)");
+    return out_;
+  }
+
+ private:
+  /// Wrapping moves every message one level deeper (bit 63 stands for "63 or deeper").
+  static uint64_t deeper(uint64_t mask) { return (mask << 1) | (mask & (uint64_t(1) << 63)); }
+  Value::Summary out_;
+};
+
+}  // namespace
+
 Value Value::list(List items) {
+  SummaryBuilder summary;
+  for (const Value& item : items) summary.add(item.summary());
   Value v;
-  v.data_ = std::make_shared<const List>(std::move(items));
+  v.data_ = std::make_shared<const Composite<List>>(Composite<List>{std::move(items), summary.done()});
   return v;
 }
 Value Value::dict(Dict items) {
+  SummaryBuilder summary;
+  for (const auto& [key, item] : items) summary.add(item.summary());
   Value v;
-  v.data_ = std::make_shared<const Dict>(std::move(items));
+  v.data_ = std::make_shared<const Composite<Dict>>(Composite<Dict>{std::move(items), summary.done()});
   return v;
+}
+
+Value::Summary Value::summary() const {
+  switch (type()) {
+    case Type::List: return std::get<std::shared_ptr<const Composite<List>>>(data_)->summary;
+    case Type::Dict: return std::get<std::shared_ptr<const Composite<Dict>>>(data_)->summary;
+    case Type::Message: {
+      Summary s;
+      s.message_depths = 1;
+      s.unknown_text_depths = as_message().text_known ? 0 : 1;
+      return s;
+    }
+    default: return {};
+  }
+}
+
+const void* Value::identity() const {
+  if (type() == Type::List) return std::get<std::shared_ptr<const Composite<List>>>(data_).get();
+  if (type() == Type::Dict) return std::get<std::shared_ptr<const Composite<Dict>>>(data_).get();
+  return nullptr;
+}
+
+List Value::release_list() && {
+  auto& box = std::get<std::shared_ptr<const Composite<List>>>(data_);
+  List out;
+  // The only owner may take the elements: the box was built non-const by make_shared, and nobody else sees it.
+  if (box.use_count() == 1)
+    out = std::move(const_cast<Composite<List>&>(*box).items);
+  else
+    out = box->items;
+  data_ = std::monostate();
+  return out;
 }
 Value Value::message(MessageRef ref) {
   Value v;
@@ -211,6 +280,25 @@ std::optional<std::string> render_limited(const Value& value, size_t max_bytes) 
   return render(value);
 }
 
+size_t find_too_deep_json(std::string_view json, int max_depth) {
+  int depth = 0;
+  size_t found = std::string_view::npos;
+  scan_json_outside_strings(json, 0, [&](size_t i, char c) {
+    if ((c == '[' || c == '{') && ++depth > max_depth) found = i;
+    if ((c == ']' || c == '}') && depth > 0) --depth;
+    return found == std::string_view::npos;
+  });
+  return found;
+}
+
+std::string render_within(const Value& value, size_t max_bytes) {
+  std::optional<std::string> text = render_limited(value, max_bytes);
+  if (!text)
+    throw ValueLimitError(fmt::format("the value renders to more than {} bytes of text", max_bytes),
+                          "texts are limited to that size; make the data smaller");
+  return std::move(*text);
+}
+
 std::string describe(const Value& value) {
   constexpr size_t kMaxChars = 40;
   std::string text;
@@ -235,13 +323,41 @@ std::string describe(const Value& value) {
 }
 
 Value assign_at(const Value& current, std::span<const int64_t> indices, const Value& value) {
-  if (indices.empty()) return value;
-  List items;
-  if (current.type() == Type::List) items = current.as_list();
-  const size_t i = static_cast<size_t>(indices[0]);
-  if (items.size() <= i) items.resize(i + 1);
-  items[i] = assign_at(items[i], indices.subspan(1), value);
+  const Assignment one{{indices.begin(), indices.end()}, value};
+  return assign_all(current, {&one, 1});
+}
+
+namespace {
+
+/// Applies `assignments` (all of whose paths are longer than `level`) below `current`, one level at a time:
+/// each list on the paths is copied once (or taken over when nothing else holds it) and changed in place.
+Value assign_level(Value current, std::span<const Assignment* const> assignments, size_t level) {
+  // The last assignment that ends here replaces the value; only those after it change the replacement.
+  size_t first = 0;
+  for (size_t k = 0; k < assignments.size(); ++k)
+    if (assignments[k]->indices.size() == level) {
+      current = assignments[k]->value;
+      first = k + 1;
+    }
+  if (first == assignments.size()) return current;
+  List items = current.type() == Type::List ? std::move(current).release_list() : List();
+  // Group the rest by their index at this level, keeping their order within each group.
+  std::map<size_t, std::vector<const Assignment*>> groups;
+  for (size_t k = first; k < assignments.size(); ++k)
+    groups[static_cast<size_t>(assignments[k]->indices[level])].push_back(assignments[k]);
+  const size_t largest = groups.rbegin()->first;
+  if (items.size() <= largest) items.resize(largest + 1);
+  for (auto& [i, group] : groups) items[i] = assign_level(std::move(items[i]), group, level + 1);
   return Value::list(std::move(items));
+}
+
+}  // namespace
+
+Value assign_all(Value current, std::span<const Assignment> assignments) {
+  std::vector<const Assignment*> all;
+  all.reserve(assignments.size());
+  for (const Assignment& a : assignments) all.push_back(&a);
+  return assign_level(std::move(current), all, 0);
 }
 
 }  // namespace choreo::dsl::expr

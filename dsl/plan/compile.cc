@@ -17,6 +17,7 @@
 #include "dsl/plan/dependence.h"
 #include "dsl/plan/plan.h"
 #include "dsl/arguments.h"
+#include "dsl/budget.h"
 
 namespace choreo::dsl::plan {
 
@@ -43,7 +44,7 @@ using expr::MapScope;
 using expr::Scope;
 using expr::Type;
 using expr::Value;
-using expr::assign_at;
+using expr::Assignment;
 
 /// The largest index an `as` target may write (the interpreter's bound).
 constexpr int64_t kMaxTargetIndex = 100'000;
@@ -80,6 +81,11 @@ class GlobalScope : public Scope {
     return it == bindings_.end() ? nullptr : &it->second;
   }
   void set(const std::string& name, Slot binding) { bindings_[name] = std::move(binding); }
+  /// The known value bound to `name` (null when none), moved out so that changing it need not copy it.
+  Value take(std::string_view name) {
+    auto it = bindings_.find(name);
+    return it == bindings_.end() || !it->second.value ? Value() : std::move(*it->second.value);
+  }
 
  private:
   std::map<std::string, Slot, std::less<>> bindings_;
@@ -97,13 +103,24 @@ bool flatten_messages(const Value& value, std::vector<size_t>& out) {
   return ok;
 }
 
-/// Every message anywhere in a value (lists and dicts), for over-approximating a run-time choice.
-void collect_messages(const Value& value, std::set<size_t>& out) {
-  if (value.type() == Type::Message) out.insert(size_t(value.as_message().id));
+/// Every message anywhere in a value (lists and dicts), for over-approximating a run-time choice. A list or
+/// dict shared several times inside the value is walked once (`seen`), so the work is the value's size in
+/// memory, not its size written out.
+void collect_messages(const Value& value, std::set<size_t>& out, std::set<const void*>& seen) {
+  if (value.type() == Type::Message) {
+    out.insert(size_t(value.as_message().id));
+    return;
+  }
+  if (value.summary().message_depths == 0 || !seen.insert(value.identity()).second) return;
   if (value.type() == Type::List)
-    for (const Value& item : value.as_list()) collect_messages(item, out);
+    for (const Value& item : value.as_list()) collect_messages(item, out, seen);
   if (value.type() == Type::Dict)
-    for (const auto& [key, item] : value.as_dict()) collect_messages(item, out);
+    for (const auto& [key, item] : value.as_dict()) collect_messages(item, out, seen);
+}
+
+void collect_messages(const Value& value, std::set<size_t>& out) {
+  std::set<const void*> seen;
+  collect_messages(value, out, seen);
 }
 
 /// A call's branch before it is added: the node plus what its `as` name binds.
@@ -114,7 +131,8 @@ struct Pending {
 
 class Compiler {
  public:
-  Compiler(const Workflow& workflow, const Arguments& arguments) : w_(workflow), arguments_(arguments) {}
+  Compiler(const Workflow& workflow, const Arguments& arguments)
+      : w_(workflow), arguments_(arguments), budget_(workflow, arguments.max_steps) {}
 
   Plan run() {
     plan_.workflow = w_.name.value;
@@ -130,6 +148,7 @@ class Compiler {
  private:
   const Workflow& w_;
   const Arguments& arguments_;
+  WorkBudget budget_;
   Plan plan_;
   GlobalScope globals_;
   bool conditional_ = false;           // the steps being compiled may not run
@@ -191,11 +210,8 @@ class Compiler {
 
   // ---- what is known -----------------------------------------------------------------------------------
 
-  bool is_generated(uint64_t id) const { return id >= plan_.nodes.size() || !plan_.nodes[id].text; }
-
   Shape name_shape(std::string_view name, const Scope& scope) const {
-    if (std::optional<Value> v = scope.lookup(name))
-      return shape_of(*v, [this](uint64_t id) { return is_generated(id); });
+    if (std::optional<Value> v = scope.lookup(name)) return shape_of(*v);
     if (const Slot* b = globals_.find(name)) return b->shape;
     return {};
   }
@@ -343,22 +359,32 @@ class Compiler {
 
   // ---- nodes -------------------------------------------------------------------------------------------
 
+  /// A node's message as expressions see it: its text, or no text (unknown) for a decode.
+  static Value message_of(size_t id, const Node& node) {
+    return Value::message({id, node.text.value_or(""), node.text.has_value()});
+  }
+
   void add_batch(NodeKind kind, std::vector<Pending>& pending, const SourceLocation& where,
                  const std::string& base) {
     if (pending.empty()) return;
     Batch batch{kind, {}, true, where};
+    std::vector<Assignment> assignments;
     for (Pending& p : pending) {
       const size_t id = plan_.nodes.size();
       p.node.batch = plan_.batches.size();
       batch.nodes.push_back(id);
       batch.conditional = batch.conditional && p.node.conditional;
-      const Value message = Value::message({id, p.node.text.value_or("")});
+      assignments.push_back({std::move(p.indices), message_of(id, p.node)});
       plan_.nodes.push_back(std::move(p.node));
-      const Slot* old = globals_.find(base);
-      const Value current = old && old->value ? *old->value : Value();
-      globals_.set(base, Slot{assign_at(current, p.indices, message), {}, {}, {}});
     }
     plan_.batches.push_back(std::move(batch));
+    // Every branch at once, as the interpreter binds them: the list is copied once per batch, not per branch.
+    Value current = globals_.take(base);
+    try {
+      globals_.set(base, Slot{expr::assign_all(std::move(current), assignments), {}, {}, {}});
+    } catch (const expr::ValueLimitError& e) {
+      throw error_at(where, fmt::format("binding `{}`: {}", base, e.message()), e.hint());
+    }
   }
 
   void messages() {
@@ -373,7 +399,11 @@ class Compiler {
         p.node.text = render(*m.text, globals_);
       } else if (m.field) {
         if (const Slot* b = globals_.find(m.field->value); b && b->value)
-          p.node.text = expr::render(*b->value);
+          try {
+            p.node.text = expr::render_within(*b->value, expr::EvalLimits{}.max_string_bytes);
+          } catch (const expr::ValueLimitError& e) {
+            throw error_at(m.field->where, fmt::format("field `{}`: {}", m.field->value, e.message()), e.hint());
+          }
       } else {
         plan_.notes.push_back(
             fmt::format("{}: message `{}` is a PML prompt; the plan shows it as one message (its modules and "
@@ -390,7 +420,7 @@ class Compiler {
       const size_t id = plan_.nodes.size();
       batch.nodes.push_back(id);
       p.node.batch = 0;
-      globals_.set(p.node.name, Slot{Value::message({id, p.node.text.value_or("")}), {}, {}, {}});
+      globals_.set(p.node.name, Slot{message_of(id, p.node), {}, {}, {}});
       plan_.nodes.push_back(std::move(p.node));
     }
     plan_.batches.push_back(std::move(batch));
@@ -507,10 +537,8 @@ class Compiler {
     out.shape |= old->shape;
     for (const Slot* b : std::initializer_list<const Slot*>{old, &next}) {
       if (!b->value) continue;
-      std::set<size_t> messages;
-      collect_messages(*b->value, messages);
-      candidates.insert(messages.begin(), messages.end());
-      out.shape |= shape_of(*b->value, [this](uint64_t id) { return is_generated(id); });
+      collect_messages(*b->value, candidates);
+      out.shape |= shape_of(*b->value);
     }
     out.candidates.assign(candidates.begin(), candidates.end());
     return out;
@@ -565,6 +593,7 @@ class Compiler {
     const size_t loop = plan_.loops.size();
     plan_.loops.push_back({repeat.loop.variable.value, 0, false, repeat.where});
     for (size_t k = 0; k < elements.size(); ++k) {
+      budget_.iteration(repeat.loop);
       MapScope inner(&scope);
       inner.set(repeat.loop.variable.value, elements[k]);
       iterations_.push_back({loop, int64_t(k)});
@@ -588,6 +617,7 @@ class Compiler {
     if (call.for_each) {
       const std::vector<Value> elements = iterate(*call.for_each, scope, "this `for`");
       for (const Value& element : elements) {
+        budget_.iteration(*call.for_each);
         MapScope inner(&scope);
         inner.set(call.for_each->variable.value, element);
         try {
@@ -600,6 +630,7 @@ class Compiler {
         }
       }
     } else {
+      budget_.call(call);
       std::optional<bool> when = call.when ? condition(*call.when, scope) : std::optional<bool>(true);
       if (when && !*when) return;
       pending.push_back(prepare(call, scope, conditional_ || !when));

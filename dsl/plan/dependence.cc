@@ -155,31 +155,11 @@ class Analyzer {
   }
 };
 
-void shape_into(const expr::Value& value, int depth, const std::function<bool(uint64_t)>& is_generated,
-                Shape& out) {
-  const uint64_t bit = uint64_t(1) << std::min(depth, 63);
-  switch (value.type()) {
-    case expr::Type::Message:
-      out.messages |= bit;
-      if (is_generated(value.as_message().id)) out.generated |= bit;
-      return;
-    case expr::Type::List:
-      for (const expr::Value& item : value.as_list()) shape_into(item, depth + 1, is_generated, out);
-      return;
-    case expr::Type::Dict:
-      for (const auto& [key, item] : value.as_dict()) shape_into(item, depth + 1, is_generated, out);
-      return;
-    default:
-      return;
-  }
-}
-
 }  // namespace
 
-Shape shape_of(const expr::Value& value, const std::function<bool(uint64_t id)>& is_generated) {
-  Shape out;
-  shape_into(value, 0, is_generated, out);
-  return out;
+Shape shape_of(const expr::Value& value) {
+  const expr::Value::Summary summary = value.summary();
+  return {summary.message_depths, summary.unknown_text_depths};
 }
 
 Dependence analyze(const expr::Expr& expr, const std::function<Shape(std::string_view name)>& shape_of_name) {

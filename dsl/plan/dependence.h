@@ -27,8 +27,9 @@ struct Shape {
   }
 };
 
-/// The shape of a known value; `is_generated(id)` tells whether a MessageRef's text is unknown.
-Shape shape_of(const expr::Value& value, const std::function<bool(uint64_t id)>& is_generated);
+/// The shape of a known value, read from its summary (no walk): messages whose text is not known
+/// (MessageRef::text_known false) are the generated ones.
+Shape shape_of(const expr::Value& value);
 
 /// What an expression does with messages.
 struct Dependence {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "dsl/budget.h"
 #include "dsl/workflow.h"
 #include "runtime/common/error.h"
 
@@ -87,15 +88,18 @@ struct Plan {
   size_t call_count() const;
 };
 
-/// `--input k=v` and `--param k=v` as written; inputs not given are unknown rather than an error.
+/// `--input k=v` and `--param k=v` as written; inputs not given are unknown rather than an error. `max_steps`
+/// is the work bound (`--max-steps`, dsl/budget.h), spent as `choreo run` spends it.
 struct Arguments {
   std::map<std::string, std::string> inputs;
   std::map<std::string, std::string> params;
+  int64_t max_steps = kDefaultMaxSteps;
 };
 
 /// Compiles `workflow` to a plan. InputErrors (file:line:col): a fan-out or loop whose list depends on an
 /// unknown input (hint: pass --input) or on generated text, an expression that fails, a parent that is not a
-/// message, an unknown or mistyped `--input`/`--param`.
+/// message, an unknown or mistyped `--input`/`--param`, passing the work bound. Shared values are never
+/// expanded, so the work is linear in the size of the plan (nodes, edges, loop iterations).
 Plan compile(const Workflow& workflow, const Arguments& arguments);
 
 }  // namespace choreo::dsl::plan

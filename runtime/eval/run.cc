@@ -98,6 +98,7 @@ std::vector<PreparedRow> prepare_rows(const dsl::Workflow& workflow, const Datas
     p.row = &row;
     p.arguments.inputs = settings.input_map.apply(row, names, data.path);
     p.arguments.params = settings.shared.params;
+    p.arguments.max_steps = settings.shared.max_steps;
     p.metric = metric_of(row, data, settings);
     try {
       exec::bind_arguments(workflow, p.arguments);

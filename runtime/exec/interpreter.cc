@@ -12,6 +12,7 @@
 #include <span>
 #include <unordered_map>
 
+#include "dsl/budget.h"
 #include "dsl/expr/evaluator.h"
 #include "dsl/expr/parser.h"
 #include "dsl/expr/source.h"
@@ -33,7 +34,7 @@ using dsl::expr::MapScope;
 using dsl::expr::Scope;
 using dsl::expr::Type;
 using dsl::expr::Value;
-using dsl::expr::assign_at;
+using dsl::expr::Assignment;
 using model::Token;
 
 /// The largest index an `as` target may write (keeps a typo like `a[10**9]` from allocating a huge list).
@@ -52,9 +53,10 @@ class GlobalScope : public Scope {
     for (const auto& [name, value] : values_) out.push_back(name);
     return out;
   }
-  Value get(const std::string& name) const {
+  /// The value bound to `name` (null when unbound), moved out so that changing it need not copy it.
+  Value take(const std::string& name) {
     auto it = values_.find(name);
-    return it == values_.end() ? Value() : it->second;
+    return it == values_.end() ? Value() : std::move(it->second);
   }
   void set(const std::string& name, Value value) { values_[name] = std::move(value); }
 
@@ -114,8 +116,9 @@ struct Branch {
 
 class Interpreter {
  public:
-  Interpreter(const dsl::Workflow& workflow, CallSink& engine, const RunHooks& hooks)
-      : workflow_(workflow), engine_(engine), hooks_(hooks), vocab_(engine.model().vocab()) {
+  Interpreter(const dsl::Workflow& workflow, CallSink& engine, const RunHooks& hooks, int64_t max_steps)
+      : workflow_(workflow), engine_(engine), hooks_(hooks), vocab_(engine.model().vocab()),
+        budget_(workflow, max_steps) {
     // A model without a chat template gets ChatML's turns, as llama.cpp's chat tools do.
     format_ = engine.model().chat_format();
     if (format_ == model::ChatFormat::None) format_ = model::ChatFormat::ChatML;
@@ -409,7 +412,11 @@ class Interpreter {
             m.field->where,
             fmt::format("dataset field `{}` has no value (datasets are not supported yet)", m.field->value),
             fmt::format("pass it with --input {}=TEXT", m.field->value));
-      return dsl::expr::render(*v);
+      try {
+        return dsl::expr::render_within(*v, dsl::expr::EvalLimits{}.max_string_bytes);
+      } catch (const dsl::expr::ValueLimitError& e) {
+        throw error_at(m.field->where, fmt::format("field `{}`: {}", m.field->value, e.message()), e.hint());
+      }
     }
     throw error_at(m.where, fmt::format("message `{}` is a PML prompt; it cannot be prefilled again", m.name.value),
                    fmt::format("list `{}` as a parent instead", m.name.value));
@@ -444,6 +451,7 @@ class Interpreter {
   void run_step(const dsl::Repeat& repeat, const Scope& scope) {
     if (repeat.when && !condition(*repeat.when, scope)) return;
     for (const Value& element : iterate(repeat.loop, scope)) {
+      budget_.iteration(repeat.loop);
       MapScope inner(&scope);
       inner.set(repeat.loop.variable.value, element);
       run_steps(repeat.steps, inner);
@@ -456,6 +464,7 @@ class Interpreter {
     if (call.for_each) {
       const std::vector<Value> elements = iterate(*call.for_each, scope);
       for (size_t i = 0; i < elements.size(); ++i) {
+        budget_.iteration(*call.for_each);
         MapScope inner(&scope);
         inner.set(call.for_each->variable.value, elements[i]);
         try {
@@ -467,6 +476,7 @@ class Interpreter {
         }
       }
     } else {
+      budget_.call(call);
       if (call.when && !condition(*call.when, scope)) return;
       branches.push_back(prepare(call, scope));
     }
@@ -613,8 +623,19 @@ class Interpreter {
     return r;
   }
 
-  void bind(const Branch& b, const Value& value) {
-    globals_.set(b.base, assign_at(globals_.get(b.base), b.indices, value));
+  /// Binds each branch's `as` name to its message: every branch of a batch at once, so that a fan-out of n
+  /// branches copies its list once, not n times.
+  void bind(const std::vector<Branch>& branches, std::vector<Value> messages, const SourceLocation& where) {
+    std::map<std::string, std::vector<Assignment>> by_base;
+    for (size_t i = 0; i < branches.size(); ++i)
+      by_base[branches[i].base].push_back({branches[i].indices, std::move(messages[i])});
+    for (auto& [base, assignments] : by_base) {
+      try {
+        globals_.set(base, dsl::expr::assign_all(globals_.take(base), assignments));
+      } catch (const dsl::expr::ValueLimitError& e) {
+        throw error_at(where, fmt::format("binding `{}`: {}", base, e.message()), e.hint());
+      }
+    }
   }
 
   void prefill(const std::vector<Branch>& branches, std::string kind, const SourceLocation& where) {
@@ -630,6 +651,7 @@ class Interpreter {
       engine_error(branches, kind, where, e);
     }
     result_.batches.push_back({"prefill", int(branches.size())});
+    std::vector<Value> messages;
     for (size_t i = 0; i < branches.size(); ++i) {
       const Branch& b = branches[i];
       MessageRecord r = record_of(b, kind, results[i].id, results[i].stats, start_ms);
@@ -637,8 +659,9 @@ class Interpreter {
       r.tokens = b.tokens;
       result_.messages.push_back(r);
       info_[results[i].id] = {b.name, b.role, {}};
-      bind(b, Value::message({results[i].id, b.text}));
+      messages.push_back(Value::message({results[i].id, b.text}));
     }
+    bind(branches, std::move(messages), where);
   }
 
   void decode(const std::vector<Branch>& branches, const SourceLocation& where) {
@@ -674,6 +697,7 @@ class Interpreter {
       engine_error(branches, "decode", where, e);
     }
     result_.batches.push_back({"decode", int(branches.size())});
+    std::vector<Value> messages;
     for (size_t i = 0; i < branches.size(); ++i) {
       const Branch& b = branches[i];
       const runtime::DecodeResult& d = results[i];
@@ -686,9 +710,10 @@ class Interpreter {
       r.tokens.insert(r.tokens.end(), d.generated.begin(), d.generated.end());
       result_.messages.push_back(r);
       info_[d.id] = {b.name, b.role, closing_after(b, d)};
-      bind(b, Value::message({d.id, d.text}));
+      messages.push_back(Value::message({d.id, d.text}));
       if (hooks_.on_decoded) hooks_.on_decoded(r);
     }
+    bind(branches, std::move(messages), where);
   }
 
   const dsl::Workflow& workflow_;
@@ -697,6 +722,7 @@ class Interpreter {
   const model::Vocab& vocab_;
   model::ChatFormat format_;
   GlobalScope globals_;
+  dsl::WorkBudget budget_;
   std::unordered_map<kv::MessageId, MessageInfo> info_;
   struct Pinned {
     int offset = 0;
@@ -715,7 +741,7 @@ double clock_ms() {
 
 RunResult run_workflow(const dsl::Workflow& workflow, CallSink& sink, const RunArguments& arguments,
                        const RunHooks& hooks) {
-  return Interpreter(workflow, sink, hooks).run(arguments);
+  return Interpreter(workflow, sink, hooks, arguments.max_steps).run(arguments);
 }
 
 RunResult run_workflow(const dsl::Workflow& workflow, runtime::Engine& engine, const RunArguments& arguments,

@@ -9,16 +9,19 @@
 #include <string>
 #include <vector>
 
+#include "dsl/budget.h"
 #include "dsl/workflow.h"
 #include "runtime/engine/engine.h"
 #include "runtime/exec/call_sink.h"
 
 namespace choreo::exec {
 
-/// Values given on the command line for one run: `--input k=v` and `--param k=v`, as written.
+/// Values given on the command line for one run: `--input k=v` and `--param k=v`, as written, and the run's
+/// work bound (`--max-steps`: loop iterations and calls, dsl/budget.h).
 struct RunArguments {
   std::map<std::string, std::string> inputs;
   std::map<std::string, std::string> params;
+  int64_t max_steps = dsl::kDefaultMaxSteps;
 };
 
 /// One message the run created: a static message, a prefill or a decode.
@@ -82,7 +85,8 @@ double clock_ms();
 
 /// Runs `workflow` once on `engine`. Inputs without a value and unknown or mistyped `--input`/`--param`
 /// keys, expression errors, unsupported constructs (PML prompts, a per-call model other than the loaded
-/// one) and engine errors (context overflow) are InputErrors, located in the workflow file where possible.
+/// one), engine errors (context overflow) and passing the work bound (at the loop or call that passes it)
+/// are InputErrors, located in the workflow file where possible.
 RunResult run_workflow(const dsl::Workflow& workflow, runtime::Engine& engine, const RunArguments& arguments,
                        const RunHooks& hooks = {});
 

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <unordered_set>
 
+#include "dsl/expr/value.h"
+
 namespace choreo::exec {
 
 using json = nlohmann::json;
@@ -49,39 +51,38 @@ std::vector<ByteRange> element_ranges(std::string_view line) {
   if (first == std::string_view::npos || line[first] != '[') return {{0, line.size()}};
   std::vector<ByteRange> out;
   int depth = 0;
-  bool in_string = false;
   size_t start = std::string_view::npos;
-  for (size_t k = first; k < line.size(); ++k) {
-    const char c = line[k];
-    if (in_string) {
-      if (c == '\\')
-        ++k;
-      else if (c == '"')
-        in_string = false;
-      continue;
-    }
+  dsl::expr::scan_json_outside_strings(line, first, [&](size_t k, char c) {
     if (depth == 1 && start == std::string_view::npos && !std::isspace(static_cast<unsigned char>(c)) &&
         c != ',' && c != ']')
       start = k;
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
+    if (c == '[' || c == '{') {
       ++depth;
     } else if (c == ']' || c == '}') {
       if (--depth == 0) {
         if (start != std::string_view::npos) out.push_back({start, k});
-        break;
+        return false;
       }
     } else if (c == ',' && depth == 1) {
       out.push_back({start, k});
       start = std::string_view::npos;
     }
-  }
+    return true;
+  });
   return out;
 }
 
 JsonLine parse_json_line(int number, std::string text) {
   JsonLine raw{number, std::move(text), {}, {}, 0, {}};
+  // nlohmann's dump, copy and comparison recurse once per level (and so would converting the value to an
+  // expression value): reject over-deep lines before they are parsed.
+  if (const size_t deep = dsl::expr::find_too_deep_json(raw.text); deep != std::string::npos) {
+    raw.json_error = fmt::format("lists and objects nest more than {} levels deep here (choreo's limit for JSON "
+                                 "and expression values)",
+                                 dsl::expr::kMaxValueDepth);
+    raw.json_error_byte = deep + 1;
+    return raw;
+  }
   std::vector<std::unordered_set<std::string>> keys;
   auto callback = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
     if (event == json::parse_event_t::object_start) keys.emplace_back();

@@ -64,6 +64,8 @@ TEST_CASE("expr errors: point at the offending character with a message and a hi
       {"agents % 0", 7, "modulo by zero"},
       {"9223372036854775807 + 1", 20, "integer overflow in '+'"},
       {"2 ** 64", 2, "integer overflow in '**'"},
+      {"0 ** -1", 2, "zero to a negative power"},  // docs: a float result that is inf from finite operands
+      {"0.0 ** -1", 4, "zero to a negative power"},
       {"9223372036854775808", 0, "integer literal too large"},
       {"{{ answer }}", 0, "'{{' in an expression", "expressions are written bare here, without {{ }}"},
       {"agents = 3", 7, "unexpected '='", "=="},
@@ -171,7 +173,19 @@ TEST_CASE("expr limits: huge ranges, long loops, big strings and deep nesting ar
   for (int i = 0; i < 5000; ++i) chain += " + 1";
   CHECK(error_of(chain).message() == "expression is too deeply nested");
   std::string json_deep = "json('" + std::string(1000, '[') + std::string(1000, ']') + "')";
-  CHECK(error_of(json_deep).message().find("nested more than") != std::string::npos);
+  CHECK(error_of(json_deep).message().find(fmt::format("more than {} levels deep", choreo::dsl::expr::kMaxValueDepth)) !=
+        std::string::npos);
+  // A value built past the nesting or size limit (json() may give the deepest allowed value) is an error at
+  // the expression that builds it.
+  const std::string deepest = "json('" + std::string(kMaxValueDepth, '[') + std::string(kMaxValueDepth, ']') + "')";
+  CHECK(evaluate(parse_expression(deepest, kStart), scope()).depth() == kMaxValueDepth);
+  e = error_of("len([" + deepest + "])");
+  CHECK(e.message().find(fmt::format("more than {} levels deep", kMaxValueDepth)) != std::string::npos);
+  CHECK(e.where().col == kStart.col + 4);
+  e = error_of("[range(999)] * 1001");
+  CHECK(e.message().find(fmt::format("more than {} elements", kMaxValueElements)) != std::string::npos);
+  CHECK(e.where().col == kStart.col + 13);
+  CHECK(evaluate(parse_expression("len([range(999)] * 1000)", kStart), scope()).as_int() == 1000);
   // Within limits, the same shapes work.
   CHECK(evaluate(parse_expression(std::string(30, '(') + "1" + std::string(30, ')'), kStart), scope()).as_int() == 1);
 }
