@@ -50,13 +50,13 @@ Template parse_template(std::string_view text, const SourceLocation& location, c
   std::string literal;
   size_t i = 0;
   while (i < text.size()) {
+    const size_t open = text.find("{{", i);  // everything before it is literal text
+    literal.append(text.substr(i, open == std::string_view::npos ? std::string_view::npos : open - i));
+    if (open == std::string_view::npos) break;
+    i = open;
     if (text.compare(i, 4, "{{{{") == 0) {
       literal += "{{";
       i += 4;
-      continue;
-    }
-    if (text.compare(i, 2, "{{") != 0) {
-      literal += text[i++];
       continue;
     }
     const size_t close = find_close(text, i + 2);

@@ -80,14 +80,14 @@ Value Value::list(List items) {
   SummaryBuilder summary;
   for (const Value& item : items) summary.add(item.summary());
   Value v;
-  v.data_ = std::make_shared<const Composite<List>>(Composite<List>{std::move(items), summary.done()});
+  v.data_ = std::make_shared<Composite<List>>(Composite<List>{std::move(items), summary.done()});
   return v;
 }
 Value Value::dict(Dict items) {
   SummaryBuilder summary;
   for (const auto& [key, item] : items) summary.add(item.summary());
   Value v;
-  v.data_ = std::make_shared<const Composite<Dict>>(Composite<Dict>{std::move(items), summary.done()});
+  v.data_ = std::make_shared<Composite<Dict>>(Composite<Dict>{std::move(items), summary.done()});
   return v;
 }
 

@@ -2,7 +2,8 @@
 // read as each data format (MATH, LongBench, MuSiQue, plain jsonl), by format detection, and as a results
 // file, must load or throw an InputError naming the file at a line inside it — never crash, hang, leak or
 // throw anything else. A loaded dataset's rows have unique ids and lines inside the file. The bytes go
-// through a file in /dev/shm (else the temp dir), as the loaders read paths.
+// through a file in /dev/shm (else the temp dir), as the loaders read paths. Some inputs are generated deep or
+// large (fuzz_common.h, expand()): rows nesting lists or objects far past the value limit, many rows.
 // With CHOREO_FUZZ_SEED_DIR set, start-up writes one seed per format there (scripts/fuzz.sh).
 
 #include <unistd.h>
@@ -60,13 +61,22 @@ void check_error(const choreo::InputError& e, int lines) {
 
 }  // namespace
 
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned seed) {
+  return choreo::fuzz::mutate(
+      data, size, max_size, seed,
+      {{"{\"problem\": ", "[", "", "]", ", \"answer\": \"1\"}\n"},
+       {"{\"problem\": \"p\", \"answer\": \"1\", \"x\": ", "{\"a\": ", "1", "}", "}\n"},
+       {"[{\"question\": \"q\", \"answers\": [\"a\"], \"ctxs\": ", "[", "", "]", "}]"},
+       {"{\"id\": \"r0\", \"mode\": \"choreo\", \"extra\": ", "[", "", "]", "}\n"},
+       {"", "{\"problem\": \"p\", \"answer\": \"1\"}\n", "", "", ""}});
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string& path = scratch_path();
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
-  }
-  const int lines = line_count(std::string_view(reinterpret_cast<const char*>(data), size));
+  const std::string text =
+      choreo::fuzz::expand(std::string_view(reinterpret_cast<const char*>(data), size), 256 << 10);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+  const int lines = line_count(text);
   const std::optional<DataFormat> formats[] = {std::nullopt, DataFormat::math, DataFormat::longbench,
                                                DataFormat::musique, DataFormat::jsonl};
   for (const std::optional<DataFormat>& format : formats) {

@@ -2,7 +2,8 @@
 // tokenisation, the chat template, the static context check): any bytes must give a validated script or an
 // InputError located in the file (line within the text, a column where one is given) — never a crash,
 // hang, leak or other exception. Nothing is executed. The model is stories260K, from
-// $CHOREO_SHARED/models (else $CHOREO_SOURCE_DIR/../shared/models); its chat template is llama2's.
+// $CHOREO_SHARED/models (else $CHOREO_SOURCE_DIR/../shared/models); its chat template is llama2's. Some inputs
+// are generated deep or large (fuzz_common.h, expand()): JSON nested far past the value limit, many lines.
 
 #include <cstdint>
 #include <cstdio>
@@ -40,8 +41,17 @@ using choreo::fuzz::line_count;
 
 }  // namespace
 
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned seed) {
+  return choreo::fuzz::mutate(
+      data, size, max_size, seed,
+      {{"{\"op\":\"prefill\",\"id\":\"a\",\"text\":\"x\",\"parents\":", "[", "", "]", "}\n"},
+       {"{\"op\":\"prefill\",\"id\":\"a\",\"text\":\"x\",\"extra\":", "{\"a\":", "1", "}", "}\n"},
+       {"", "[", "{\"op\":\"prefill\",\"id\":\"a\",\"text\":\"x\"}", "]", "\n"},
+       {"", "{\"op\":\"prefill\",\"text\":\"x\"}\n", "", "", ""}});
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string text(reinterpret_cast<const char*>(data), size);
+  const std::string text = choreo::fuzz::expand(std::string_view(reinterpret_cast<const char*>(data), size), 256 << 10);
   const int lines = line_count(text);
   for (choreo::runtime::Mode mode : {choreo::runtime::Mode::Choreo, choreo::runtime::Mode::Naive}) {
     std::istringstream in(text);

@@ -1,7 +1,8 @@
 // libFuzzer target for the expression language: any text, parsed as a bare expression and as a template and
 // evaluated against a small scope under small limits, must give a value or an InputError — never a crash,
-// hang, leak or other exception. Oracles: free_names() and render() never throw; an error's column lies
-// within the text's line.
+// hang, leak or other exception. Oracles: free_names(), render_limited() and describe() never throw; an error's column lies
+// within the text's line; no value is deeper or larger than the value limits. Some inputs are generated deep
+// or large (tests/fuzz/fuzz_common.h, expand()): nested brackets, json() of nested lists, long operator chains.
 
 #include <cstdint>
 #include <string>
@@ -11,6 +12,7 @@
 #include "dsl/expr/parser.h"
 #include "dsl/expr/template.h"
 #include "runtime/common/error.h"
+#include "tests/fuzz/fuzz_common.h"
 
 namespace {
 
@@ -40,10 +42,31 @@ void check_error(const choreo::InputError& e) {
   (void)sink;
 }
 
+void check_value(const Value& value) {
+  const Value::Summary s = value.summary();
+  if (s.depth > kMaxValueDepth || s.elements > kMaxValueElements) __builtin_trap();
+}
+
 }  // namespace
 
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned seed) {
+  return choreo::fuzz::mutate(data, size, max_size, seed,
+                              {{"", "[", "1", "]", ""},
+                               {"len(", "[", "votes", "]", ")"},
+                               {"json('", "[", "", "]", "')"},
+                               {"json('", "{\"a\": ", "1", "}", "')"},
+                               {"", "(", "x", ")", ""},
+                               {"", "-", "1", "", ""},
+                               {"", "not ", "true", "", ""},
+                               {"1", " + 1", "", "", ""},
+                               {"'", "ab", "", "", "' * 2"},
+                               {"[", "[answer, answer], ", "", "", "]"},
+                               {"{{ ", "[", "problem", "]", " }}"}});
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  const std::string expanded = choreo::fuzz::expand(std::string_view(reinterpret_cast<const char*>(data), size), 64 << 10);
+  const std::string_view text = expanded;
   const choreo::SourceLocation where{"fuzz.yaml", 3, 5};
   EvalLimits limits;
   limits.max_steps = 100'000;
@@ -56,7 +79,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     volatile size_t names = free_names(expr).size();
     (void)names;
     Value value = evaluate(expr, fuzz_scope(), limits);
-    volatile size_t rendered = render(value).size() + describe(value).size();
+    check_value(value);
+    volatile size_t rendered = render_limited(value, limits.max_string_bytes).value_or("").size() + describe(value).size();
     (void)rendered;
   } catch (const choreo::InputError& e) {
     check_error(e);

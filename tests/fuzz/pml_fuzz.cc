@@ -1,6 +1,8 @@
 // libFuzzer target for the PML parsers (dsl/pml): any bytes, read as a schema and as a prompt, must either
 // parse or throw InputError naming the file — never crash, hang, leak or throw anything else. A document
-// that parses must have every location inside the text and parse again to the same shape.
+// that parses must have every location inside the text and parse again to the same shape. Some inputs are
+// generated deep or large (fuzz_common.h, expand()): nested modules and imports, long texts full of entities
+// and comments, tags with many attributes, unions with many members — megabytes that must parse in linear time.
 // With CHOREO_FUZZ_SEED_DIR set, start-up copies workflows/schemas/*.pml there as seeds (scripts/fuzz.sh).
 
 #include <cstdint>
@@ -74,8 +76,21 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   return 0;
 }
 
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned seed) {
+  return choreo::fuzz::mutate(
+      data, size, max_size, seed,
+      {{"<schema name=\"s\">", "<module name=\"m\">", "x", "</module>", "</schema>"},
+       {"<schema name=\"s\"><module name=\"m\">", "a &amp; b <!-- c --> &#x41;\n", "", "", "</module></schema>"},
+       {"<schema name=\"s\"><module name=\"m\"", " a=\"1\"", ">", "", "</module></schema>"},
+       {"<schema name=\"s\"><union>", "<module name=\"m\"><parameter name=\"p\"/></module>", "", "",
+        "</union></schema>"},
+       {"<prompt schema=\"s\">", "<m a=\"1\">", "x", "</m>", "<assistant/></prompt>"},
+       {"<prompt schema=\"s\">", "<user>q</user> &lt; ", "", "", "</prompt>"}});
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  std::string_view text(reinterpret_cast<const char*>(data), size);
+  const std::string expanded = choreo::fuzz::expand(std::string_view(reinterpret_cast<const char*>(data), size), 1 << 20);
+  const std::string_view text = expanded;
   const int lines = line_count(text);
   try {
     Schema s = parse_schema(text, "fuzz.pml");

@@ -1,7 +1,9 @@
-// libFuzzer target for the workflow parser: any bytes must either parse into a Workflow or throw InputError,
-// never crash, hang, leak or throw anything else (a yaml-cpp exception escaping would be a bug). A workflow
-// that parses must have every location inside the text, and re-parsing the same text must give the same AST
-// shape (the parser has no hidden state).
+// libFuzzer target for the workflow parser and the plan compiler (`choreo check`): any bytes must either parse
+// into a Workflow or throw InputError, never crash, hang, leak or throw anything else (a yaml-cpp exception
+// escaping would be a bug). A workflow that parses must have every location inside the text, and re-parsing
+// the same text must give the same AST shape (the parser has no hidden state); compiling it (under a small
+// work bound) gives a plan or an InputError. Some inputs are generated deep or large (fuzz_common.h,
+// expand()): nested flow collections, long step lists, lets that nest or double a value in a loop.
 // With CHOREO_FUZZ_SEED_DIR set, start-up copies workflows/*.yaml there as seeds (scripts/fuzz.sh).
 
 #include <cstdint>
@@ -11,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "dsl/plan/plan.h"
 #include "dsl/workflow_parser.h"
 #include "runtime/common/error.h"
 #include "tests/fuzz/fuzz_common.h"
@@ -42,6 +45,17 @@ void check_steps(const std::vector<choreo::dsl::Step>& steps, int lines, size_t&
   }
 }
 
+/// Compiles `w` as `choreo check` does (with a small work bound); an error must be an InputError, located in
+/// the file unless it is about a value with no place in it (a param default past the value limits).
+void compile(const choreo::dsl::Workflow& w) {
+  try {
+    const choreo::dsl::plan::Plan plan = choreo::dsl::plan::compile(w, {{}, {}, 10'000});
+    if (plan.call_count() > 10'000) __builtin_trap();  // every call and every branch costs a step
+  } catch (const choreo::InputError& e) {
+    if (!e.where().file.empty() && e.where().file != "fuzz.yaml") __builtin_trap();
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -58,8 +72,24 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   return 0;
 }
 
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned seed) {
+  return choreo::fuzz::mutate(
+      data, size, max_size, seed,
+      {{"name: w\nsteps: ", "[", "", "]", "\n"},
+       {"name: w\nparams: {p: ", "[", "1", "]", "}\nsteps:\n  - let: {x: \"p\"}\n"},
+       {"name: w\nsteps:\n  - let: {x: \"", "[", "1", "]", "\"}\n"},
+       {"name: w\nsteps:\n", "  - let: {x: \"1\"}\n", "", "", ""},
+       {"name: w\nmessages:\n  m: {text: \"hi\"}\nsteps:\n  - repeat: \"i in range(", "9", "", "", ")\"\n"
+        "    steps:\n      - let: {x: \"[x, x] if i > 0 else [m]\"}\n"},
+       {"name: w\nsteps:\n  - repeat: \"i in range(", "9", "", "", ")\"\n    steps:\n"
+        "      - let: {x: \"[x] if i > 0 else []\"}\n"},
+       {"name: w\nmessages:\n  m: {text: \"hi\"}\nsteps:\n  - prefill: {as: \"a[i]\", for: \"i in range(", "9", "",
+        "", ")\", text: \"x\", parents: [m]}\n"}});
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  std::string_view text(reinterpret_cast<const char*>(data), size);
+  const std::string expanded = choreo::fuzz::expand(std::string_view(reinterpret_cast<const char*>(data), size), 1 << 20);
+  const std::string_view text = expanded;
   try {
     choreo::dsl::Workflow w = choreo::dsl::parse_workflow(text, "fuzz.yaml");
     int lines = line_count(text);
@@ -71,6 +101,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     size_t count_again = 0;
     check_steps(again.steps, lines, count_again);
     if (count != count_again || again.messages.size() != w.messages.size()) __builtin_trap();
+    compile(w);
   } catch (const choreo::InputError& e) {
     if (std::strncmp(e.what(), "fuzz.yaml", 9) != 0) __builtin_trap();  // every rejection names the file
   }
