@@ -10,7 +10,18 @@ namespace choreo::dsl::expr {
 void SourceText::index_lines() {
   newlines.clear();
   for (size_t i = text.find('\n'); i != std::string::npos; i = text.find('\n', i + 1)) newlines.push_back(i);
+  chars_before_block.assign(1, 0);
+  for (size_t block = 0; block + kCharBlock <= text.size(); block += kCharBlock)
+    chars_before_block.push_back(chars_before_block.back() +
+                                 size_t(column_at_byte(std::string_view(text).substr(block, kCharBlock), kCharBlock) - 1));
   lines_indexed = true;
+}
+
+size_t SourceText::chars_before(size_t offset) const {
+  if (!lines_indexed) return size_t(column_at_byte(text, offset) - 1);
+  const size_t block = offset / kCharBlock;
+  const size_t begin = block * kCharBlock;
+  return chars_before_block[block] + size_t(column_at_byte(std::string_view(text).substr(begin), offset - begin) - 1);
 }
 
 SourceLocation SourceText::location_at(size_t offset) const {
@@ -30,7 +41,8 @@ SourceLocation SourceText::location_at(size_t offset) const {
     }
   }
   // Columns count characters, as SourceLocation's do.
-  const int col_in_line = column_at_byte(std::string_view(text).substr(line_start), offset - line_start);
+  const int col_in_line = lines_indexed ? int(chars_before(offset) - chars_before(line_start)) + 1
+                                        : column_at_byte(std::string_view(text).substr(line_start), offset - line_start);
   if (before == 0) {
     where.col = std::max(start.col, 1) + col_in_line - 1;
   } else {

@@ -22,10 +22,16 @@ struct SourceText {
   /// Offsets of the '\n's in `text` once index_lines() has run (for long texts such as PML documents, which
   /// ask for many locations): location_at() then takes O(log lines) instead of O(offset).
   std::vector<size_t> newlines;
+  /// Characters (UTF-8 lead bytes) before each multiple of kCharBlock bytes, once index_lines() has run: a
+  /// column is then counted over at most one block, so locating many offsets on one long line stays linear.
+  std::vector<size_t> chars_before_block;
+  static constexpr size_t kCharBlock = 4096;
   bool lines_indexed = false;
 
-  /// Fills `newlines` (call before sharing the text).
+  /// Fills `newlines` and `chars_before_block` (call before sharing the text).
   void index_lines();
+  /// The number of characters in text[0, offset).
+  size_t chars_before(size_t offset) const;
 
   /// The file location of the character at `offset` (offset == text.size() is the end of the text).
   SourceLocation location_at(size_t offset) const;
