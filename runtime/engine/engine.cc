@@ -10,6 +10,7 @@
 
 #include "runtime/common/error.h"
 #include "runtime/engine/mode.h"
+#include "runtime/engine/stop_strings.h"
 #include "runtime/store/disk_store.h"
 
 namespace choreo::runtime {
@@ -296,10 +297,7 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
     if (!visible.empty() && vocab.is_eog(visible.back()) && !r.exact_tokens)
       visible = visible.first(visible.size() - 1);
     res.text = continuation_text(vocab, visible);
-    size_t cut = std::string::npos;
-    for (const std::string& s : r.stop)
-      if (!s.empty()) cut = std::min(cut, res.text.find(s));
-    if (cut != std::string::npos) res.text.resize(cut);
+    if (const size_t cut = find_stop(res.text, r.stop); cut != std::string::npos) res.text.resize(cut);
     call_mode_->finish_decode(r, layouts[i], res.generated);
     res.id = layouts[i].result->id;
     res.stats.total_ms = t1 - t0;
@@ -318,7 +316,11 @@ void Engine::generate(std::span<const DecodeRequest> requests, std::vector<Work>
   for (size_t i = 0; i < n; ++i) results[i].stats.n_computed = int(works[i].msg->tokens.size());
   encode(ptrs);
   std::vector<model::Sampler> samplers;
-  for (const DecodeRequest& r : requests) samplers.emplace_back(r.sampling);
+  std::vector<StopScanner> stops;
+  for (const DecodeRequest& r : requests) {
+    samplers.emplace_back(r.sampling);
+    stops.emplace_back(r.stop);
+  }
   std::vector<bool> active(n, true);
   for (;;) {
     bool any = false;
@@ -348,11 +350,9 @@ void Engine::generate(std::span<const DecodeRequest> requests, std::vector<Work>
         if (vocab.is_eog(t)) {
           finished = true;
           res.stop_reason = "eog";
-        } else if (!r.stop.empty()) {
-          std::string text = continuation_text(vocab, res.generated);
-          for (const std::string& s : r.stop)
-            if (!s.empty() && text.find(s) != std::string::npos) finished = true;
-          if (finished) res.stop_reason = "stop";
+        } else if (stops[i].append(vocab.token_to_piece(t))) {
+          finished = true;
+          res.stop_reason = "stop";
         }
       }
       if (!finished && int(res.generated.size()) >= budget) {
