@@ -9,6 +9,8 @@
 #include <unordered_set>
 
 #include "runtime/common/error.h"
+#include "runtime/engine/mode.h"
+#include "runtime/engine/stop_strings.h"
 #include "runtime/store/disk_store.h"
 
 namespace choreo::runtime {
@@ -71,6 +73,12 @@ Engine::Engine(const model::Model& model, kv::PagePool& pool, Mode mode, int max
     store_.publish(bos);
     bos.pins = 1;
     bos_ = bos.id;
+  }
+  const ModeContext context{store_, first_pos(), n_ctx_};
+  switch (mode) {
+    case Mode::Choreo: call_mode_ = make_choreo_mode(context); break;
+    case Mode::Naive: call_mode_ = make_naive_mode(context); break;
+    case Mode::Prefix: call_mode_ = make_prefix_mode(context); break;
   }
 }
 
@@ -163,23 +171,10 @@ void Engine::encode(std::span<Work*> work) {
   rerotated_.clear();
 }
 
-kv::Message& Engine::new_message(const Placement& placement, int start, const std::string& agent,
-                                 kv::Visibility visibility) {
-  kv::Message& m = store_.create();
-  m.start_pos = start;
-  for (const PlacedView& v : placement.parents) m.parents.push_back({v.message, v.offset});
-  m.agent = agent;
-  m.visibility = visibility;
-  return m;
-}
-
 void Engine::release(kv::MessageId id) {
   if (!store_.contains(id)) throw InputError(fmt::format("release: unknown message {}", id));
   if (id == bos_) throw InputError("release: the implicit BOS message cannot be released");
-  // Prefix-mode sequences that run through this message can no longer be reused.
-  std::erase_if(prefix_entries_, [id](const PrefixEntry& e) {
-    return std::any_of(e.chunks.begin(), e.chunks.end(), [id](const auto& c) { return c.first == id; });
-  });
+  call_mode_->forget(id);
   store_.erase(id);
 }
 
@@ -194,7 +189,7 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
   works.reserve(requests.size());
   std::vector<size_t> work_of(requests.size(), SIZE_MAX);
   std::unordered_map<uint64_t, size_t> first_with_key;
-  const bool encode_now = mode_ == Mode::Choreo;
+  const bool encode_now = call_mode_->encodes_prefills();
   for (size_t i = 0; i < requests.size(); ++i) {
     const PrefillRequest& r = requests[i];
     if (r.tokens.empty()) throw InputError(fmt::format("prefill #{} has no tokens", i), "give some text");
@@ -202,10 +197,8 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
     Placement pl = place(store_, r.parents, r.new_offset, first_pos(), int(r.tokens.size()), n_ctx_, encode_now);
     results[i].stats.start_pos = pl.new_start;
     if (!encode_now) {
-      // Chat-API baselines keep only the text; decode calls re-encode it.
-      kv::Message& m = new_message(pl, pl.new_start, r.agent, r.visibility);
-      m.tokens = r.tokens;
-      results[i].id = m.id;
+      // Kept as text only: decode calls re-encode it.
+      results[i].id = new_message(store_, pl, r.agent, r.visibility, r.tokens).id;
       continue;
     }
     std::vector<kv::PlacedParent> placed;
@@ -233,8 +226,7 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
       results[i].stats.n_reused += int(r.tokens.size());
       continue;
     }
-    kv::Message& m = new_message(pl, pl.new_start, r.agent, r.visibility);
-    m.tokens = r.tokens;
+    kv::Message& m = new_message(store_, pl, r.agent, r.visibility, r.tokens);
     works.push_back({&m, pl.parents, false, {}});
     work_of[i] = works.size() - 1;
     first_with_key.emplace(key, works.size() - 1);
@@ -275,13 +267,10 @@ static void fill_logprobs(std::span<const float> logits, model::Token chosen, in
 
 std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> requests) {
   const double t0 = now_ms();
-  const model::Vocab& vocab = model_.vocab();
   const size_t n = requests.size();
   std::vector<DecodeResult> results(n);
+  std::vector<DecodeLayout> layouts(n);
   std::vector<Work> works(n);
-  std::vector<kv::Message*> outputs(n);  // the message each result names
-  std::vector<int> prefix_len(n, 0);     // prefix mode: tokens reused from an earlier flat sequence
-
   for (size_t i = 0; i < n; ++i) {
     const DecodeRequest& r = requests[i];
     if (r.header.empty())
@@ -290,70 +279,48 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
     model_.check_tokens(r.header, "decode header");
     const int budget = r.exact_tokens.value_or(r.max_tokens);
     if (budget < 0) throw InputError(fmt::format("decode #{}: max_tokens must not be negative", i));
-    if (mode_ == Mode::Choreo) {
-      Placement pl = place(store_, r.parents, r.new_offset, first_pos(), int(r.header.size()) + budget, n_ctx_);
-      kv::Message& m = new_message(pl, pl.new_start, r.agent, r.visibility);
-      m.tokens = r.header;
-      works[i] = {&m, pl.parents, true, {}};
-      outputs[i] = &m;
-      for (const PlacedView& v : pl.parents) results[i].stats.n_reused += v.n_tokens;
-      results[i].stats.start_pos = pl.new_start;
-      continue;
-    }
-    // Baselines: the prompt is BOS + the parents' tokens in list order + the header, re-encoded.
-    Placement text_only = place(store_, r.parents, std::nullopt, first_pos(), 0, INT32_MAX / 2, false);
-    std::vector<model::Token> flat;
-    for (const PlacedView& v : text_only.parents) {
-      const kv::Message& p = store_.get(v.message);
-      flat.insert(flat.end(), p.tokens.begin(), p.tokens.begin() + v.n_tokens);
-    }
-    flat.insert(flat.end(), r.header.begin(), r.header.end());
-    if (first_pos() + int(flat.size()) + budget > n_ctx_)
-      throw InputError(fmt::format("context overflow: decode #{} needs {} positions, the model has {}", i,
-                                   first_pos() + int(flat.size()) + budget, n_ctx_));
-    std::vector<Parent> chunks;
-    if (mode_ == Mode::Prefix) {
-      // The longest common token prefix with any earlier flat sequence (leaving one token to compute).
-      const PrefixEntry* best = nullptr;
-      int best_len = 0;
-      for (const PrefixEntry& e : prefix_entries_) {
-        if (e.scope != r.prefix_scope) continue;
-        int l = 0, lim = std::min<int>(int(e.tokens.size()), int(flat.size()) - 1);
-        while (l < lim && e.tokens[l] == flat[l]) ++l;
-        if (l > best_len) best_len = l, best = &e;
-      }
-      if (best) {
-        int covered = 0;
-        for (auto [id, len] : best->chunks) {
-          if (covered >= best_len) break;
-          int take = std::min(len, best_len - covered);
-          chunks.push_back({id, first_pos() + covered, take});
-          covered += take;
-        }
-      }
-      prefix_len[i] = best_len;
-    }
-    Placement pl = place(store_, chunks, first_pos() + prefix_len[i], first_pos(),
-                         int(flat.size()) - prefix_len[i] + budget, n_ctx_);
-    kv::Message& m = new_message(pl, pl.new_start, r.agent, r.visibility);
-    m.tokens.assign(flat.begin() + prefix_len[i], flat.end());
-    works[i] = {&m, pl.parents, true, {}};
-    // The result names a text-only message holding what the call produced (header + generated), so a later
-    // call that lists it as a parent re-encodes exactly that text.
-    kv::Message& out = new_message(Placement{}, first_pos(), r.agent, r.visibility);
-    out.tokens = r.header;
-    outputs[i] = &out;
-    results[i].stats.n_reused = prefix_len[i];
-    results[i].stats.start_pos = pl.new_start;
+    layouts[i] = call_mode_->lay_out_decode(r, i, budget);
+    works[i] = {layouts[i].encoded, layouts[i].views, true, {}};
+    results[i].stats.n_reused = layouts[i].n_reused;
+    results[i].stats.start_pos = layouts[i].encoded->start_pos;
   }
 
-  // Encode every header (one batched pass), then sample and feed one token per active call per step.
+  generate(requests, works, results, t0);
+
+  const double t1 = now_ms();
+  const model::Vocab& vocab = model_.vocab();
+  for (size_t i = 0; i < n; ++i) {
+    const DecodeRequest& r = requests[i];
+    DecodeResult& res = results[i];
+    store_.publish(*layouts[i].encoded);
+    std::span<const model::Token> visible = res.generated;
+    if (!visible.empty() && vocab.is_eog(visible.back()) && !r.exact_tokens)
+      visible = visible.first(visible.size() - 1);
+    res.text = continuation_text(vocab, visible);
+    if (const size_t cut = find_stop(res.text, r.stop); cut != std::string::npos) res.text.resize(cut);
+    call_mode_->finish_decode(r, layouts[i], res.generated);
+    res.id = layouts[i].result->id;
+    res.stats.total_ms = t1 - t0;
+  }
+  return results;
+}
+
+void Engine::generate(std::span<const DecodeRequest> requests, std::vector<Work>& works,
+                      std::vector<DecodeResult>& results, double t0) {
+  const model::Vocab& vocab = model_.vocab();
+  const size_t n = requests.size();
+  // Encode every call's pending tokens (one batched pass), then sample and feed one token per active call per
+  // step.
   std::vector<Work*> ptrs;
   for (Work& w : works) ptrs.push_back(&w);
   for (size_t i = 0; i < n; ++i) results[i].stats.n_computed = int(works[i].msg->tokens.size());
   encode(ptrs);
   std::vector<model::Sampler> samplers;
-  for (const DecodeRequest& r : requests) samplers.emplace_back(r.sampling);
+  std::vector<StopScanner> stops;
+  for (const DecodeRequest& r : requests) {
+    samplers.emplace_back(r.sampling);
+    stops.emplace_back(r.stop);
+  }
   std::vector<bool> active(n, true);
   for (;;) {
     bool any = false;
@@ -383,11 +350,9 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
         if (vocab.is_eog(t)) {
           finished = true;
           res.stop_reason = "eog";
-        } else if (!r.stop.empty()) {
-          std::string text = continuation_text(vocab, res.generated);
-          for (const std::string& s : r.stop)
-            if (!s.empty() && text.find(s) != std::string::npos) finished = true;
-          if (finished) res.stop_reason = "stop";
+        } else if (stops[i].append(vocab.token_to_piece(t))) {
+          finished = true;
+          res.stop_reason = "stop";
         }
       }
       if (!finished && int(res.generated.size()) >= budget) {
@@ -400,40 +365,10 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
       any = true;
     }
     if (!any) break;
-    for (size_t i = 0; i < n; ++i) results[i].stats.n_computed += int(works[i].msg->tokens.size()) - works[i].msg->n_encoded;
+    for (size_t i = 0; i < n; ++i)
+      results[i].stats.n_computed += int(works[i].msg->tokens.size()) - works[i].msg->n_encoded;
     encode(ptrs);
   }
-
-  const double t1 = now_ms();
-  for (size_t i = 0; i < n; ++i) {
-    const DecodeRequest& r = requests[i];
-    DecodeResult& res = results[i];
-    kv::Message& m = *works[i].msg;
-    store_.publish(m);
-    std::vector<model::Token> visible = res.generated;
-    if (!visible.empty() && vocab.is_eog(visible.back()) && !r.exact_tokens) visible.pop_back();
-    res.text = continuation_text(vocab, visible);
-    size_t cut = std::string::npos;
-    for (const std::string& s : r.stop)
-      if (!s.empty()) cut = std::min(cut, res.text.find(s));
-    if (cut != std::string::npos) res.text.resize(cut);
-    if (mode_ == Mode::Prefix) {
-      PrefixEntry e;
-      e.scope = r.prefix_scope;
-      for (const PlacedView& v : works[i].views) {
-        const kv::Message& p = store_.get(v.message);
-        e.tokens.insert(e.tokens.end(), p.tokens.begin(), p.tokens.begin() + v.n_tokens);
-        e.chunks.push_back({v.message, v.n_tokens});
-      }
-      e.tokens.insert(e.tokens.end(), m.tokens.begin(), m.tokens.end());
-      e.chunks.push_back({m.id, int(m.tokens.size())});
-      prefix_entries_.push_back(std::move(e));
-    }
-    if (outputs[i] != &m) outputs[i]->tokens.insert(outputs[i]->tokens.end(), res.generated.begin(), res.generated.end());
-    res.id = outputs[i]->id;
-    res.stats.total_ms = t1 - t0;
-  }
-  return results;
 }
 
 // ---- the persistent store (docs/store.md) ----------------------------------------------------------
@@ -520,7 +455,7 @@ void Engine::persist(kv::MessageId id, uint64_t tag) {
 
 std::optional<kv::MessageId> Engine::load(uint64_t key) {
   if (kv::Message* m = store_.find(key)) return m->id;
-  if (!disk_ || mode_ != Mode::Choreo) return std::nullopt;
+  if (!disk_ || !call_mode_->encodes_prefills()) return std::nullopt;
   return load_from_disk(key, 0);
 }
 

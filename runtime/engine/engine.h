@@ -4,12 +4,14 @@
 // tokens; nothing else. Independent calls given together run as one batched forward pass per step.
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "runtime/engine/placement.h"
+#include "runtime/engine/requests.h"
 #include "runtime/kv/message_store.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/sampler.h"
@@ -20,7 +22,9 @@ class DiskStore;
 
 namespace choreo::runtime {
 
-/// Which execution path the engine takes for decode calls.
+class CallMode;
+
+/// Which execution path the engine takes for its calls (each one's own part is in runtime/engine/mode_*.cc).
 enum class Mode {
   Choreo,  // parents' cached encodings are reused at their placements
   Naive,   // each decode re-encodes BOS + its parents' tokens (in list order) + header, like a chat API call
@@ -34,66 +38,6 @@ Mode parse_mode(std::string_view name);
 enum class Repositioning {
   QueryRotation,  // rotate the query by -delta per segment (default; stored keys are never touched)
   KeyRerotation,  // copy the parent's KV with keys re-rotated by +delta (the paper's method; reference path)
-};
-
-/// Time and work accounting of one call.
-struct CallStats {
-  int start_pos = 0;    // where the new message starts
-  int n_computed = 0;   // tokens run through the model for this call
-  int n_reused = 0;     // cached tokens attended to without recomputation
-  double ttft_ms = 0;   // call start to first generated token (decode), or to encoded (prefill)
-  double total_ms = 0;
-};
-
-struct PrefillRequest {
-  std::vector<model::Token> tokens;
-  std::vector<Parent> parents;
-  std::optional<int> new_offset;
-  std::string agent;
-  kv::Visibility visibility = kv::Visibility::Public;
-};
-
-struct PrefillResult {
-  kv::MessageId id = kv::kNoMessage;
-  bool deduplicated = false;  // an identical encoding already existed; nothing was computed
-  bool loaded = false;        // read from the persistent store (docs/store.md); nothing was computed
-  CallStats stats;
-};
-
-struct DecodeRequest {
-  std::vector<model::Token> header;  // must be non-empty: the first token is sampled from its last token
-  std::vector<Parent> parents;
-  std::optional<int> new_offset;
-  model::SamplingParams sampling;
-  int max_tokens = 256;
-  std::vector<std::string> stop;     // stop strings; the text ends before the first one
-  int logprobs = 0;                  // top-k log-probabilities per generated token
-  bool record_logits = false;        // keep every step's full logits (tests)
-  std::optional<int> exact_tokens;   // generate exactly this many tokens, ignoring EOG/stop (profiling)
-  std::function<void(model::Token)> on_token;  // called with each generated token as it is drawn (streaming)
-  std::string agent;
-  kv::Visibility visibility = kv::Visibility::Public;
-  // Mode::Prefix only: reuse prefixes of earlier sequences of the same scope (Engine::new_prefix_scope).
-  // Workflow instances get a scope each, so an instance's result never depends on which instances ran
-  // before it on the engine (a reused prefix is laid out differently from a recomputed one, and rounds
-  // differently). 0, the default, is one scope shared by every call that leaves it.
-  uint64_t prefix_scope = 0;
-};
-
-struct TokenLogprobs {
-  model::Token token = 0;
-  float logprob = 0;
-  std::vector<std::pair<model::Token, float>> top;
-};
-
-struct DecodeResult {
-  kv::MessageId id = kv::kNoMessage;
-  std::vector<model::Token> generated;  // excludes the header; includes a final EOG token if one was drawn
-  std::string text;                     // detokenised generated tokens, EOG excluded, cut at a stop string
-  std::string stop_reason;              // "eog", "stop", "length"
-  std::vector<TokenLogprobs> logprobs;
-  std::vector<std::vector<float>> logits;  // with record_logits: logits that produced each generated token
-  CallStats stats;
 };
 
 /// Runs calls on one model over one message store.
@@ -142,9 +86,10 @@ class Engine {
  private:
   struct Work;
   void encode(std::span<Work*> work);
+  // Samples and feeds one token per unfinished call per step until every call is finished.
+  void generate(std::span<const DecodeRequest> requests, std::vector<Work>& works,
+                std::vector<DecodeResult>& results, double t0);
   std::vector<kernels::KvSegment> segments_for(Work& w);
-  kv::Message& new_message(const Placement& placement, int start, const std::string& agent,
-                           kv::Visibility visibility);
   // The persistent store: see persist() and load().
   // `id` and its ancestors the disk store has no usable entry for, parents first.
   std::vector<kv::MessageId> unstored_ancestry(kv::MessageId id);
@@ -159,19 +104,13 @@ class Engine {
   int max_batch_;
   int n_ctx_;
   kv::MessageId bos_ = kv::kNoMessage;
+  std::unique_ptr<CallMode> call_mode_;  // what mode_ does differently (runtime/engine/mode.h)
   Repositioning repositioning_ = Repositioning::QueryRotation;
   store::DiskStore* disk_ = nullptr;
   bool persist_prefills_ = false;
   model::Batch batch_;
   model::RunState state_;
   std::vector<float> logits_;
-  // Prefix mode: flat sequences encoded so far, as chains of (message, tokens) chunks.
-  struct PrefixEntry {
-    uint64_t scope = 0;
-    std::vector<model::Token> tokens;
-    std::vector<std::pair<kv::MessageId, int>> chunks;
-  };
-  std::vector<PrefixEntry> prefix_entries_;
   uint64_t last_prefix_scope_ = 0;
   // Key re-rotation path: temporary pages holding re-rotated copies of parents.
   std::vector<std::unique_ptr<kv::PageList>> rerotated_;

@@ -44,4 +44,15 @@ Placement place(const kv::MessageStore& store, std::span<const Parent> parents, 
   return out;
 }
 
+kv::Message& new_message(kv::MessageStore& store, const Placement& placement, const std::string& agent,
+                         kv::Visibility visibility, std::vector<model::Token> tokens) {
+  kv::Message& m = store.create();
+  m.start_pos = placement.new_start;
+  for (const PlacedView& v : placement.parents) m.parents.push_back({v.message, v.offset});
+  m.agent = agent;
+  m.visibility = visibility;
+  m.tokens = std::move(tokens);
+  return m;
+}
+
 }  // namespace choreo::runtime

@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "runtime/kv/message_store.h"
@@ -38,5 +39,10 @@ struct Placement {
 /// With `require_encoded`, a parent whose tokens are not all encoded yet is an error too.
 Placement place(const kv::MessageStore& store, std::span<const Parent> parents, std::optional<int> new_offset,
                 int first_pos, int n_new_tokens, int n_ctx, bool require_encoded = true);
+
+/// A new message in `store` that starts at `placement.new_start` and records the placed parents its encoding
+/// attends to, holding `tokens` (none encoded yet).
+kv::Message& new_message(kv::MessageStore& store, const Placement& placement, const std::string& agent,
+                         kv::Visibility visibility, std::vector<model::Token> tokens);
 
 }  // namespace choreo::runtime

@@ -1,0 +1,83 @@
+#pragma once
+// The calls the engine takes and what it answers (runtime/engine/engine.h runs them).
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/engine/placement.h"
+#include "runtime/kv/message_store.h"
+#include "runtime/model/sampler.h"
+#include "runtime/model/vocab.h"
+
+namespace choreo::runtime {
+
+/// Time and work accounting of one call.
+struct CallStats {
+  int start_pos = 0;   // where the new message starts
+  int n_computed = 0;  // tokens run through the model for this call
+  int n_reused = 0;    // cached tokens attended to without recomputation
+  double ttft_ms = 0;  // call start to first generated token (decode), or to encoded (prefill)
+  double total_ms = 0;
+};
+
+/// A prefill call: encode `tokens` over `parents` (Engine::prefill).
+struct PrefillRequest {
+  std::vector<model::Token> tokens;
+  std::vector<Parent> parents;
+  std::optional<int> new_offset;
+  std::string agent;
+  kv::Visibility visibility = kv::Visibility::Public;
+};
+
+/// What a prefill produced: the message holding the encoding, and how it was obtained.
+struct PrefillResult {
+  kv::MessageId id = kv::kNoMessage;
+  bool deduplicated = false;  // an identical encoding already existed; nothing was computed
+  bool loaded = false;        // read from the persistent store (docs/store.md); nothing was computed
+  CallStats stats;
+};
+
+/// A decode call: encode `header` over `parents`, then generate (Engine::decode).
+struct DecodeRequest {
+  std::vector<model::Token> header;  // must be non-empty: the first token is sampled from its last token
+  std::vector<Parent> parents;
+  std::optional<int> new_offset;
+  model::SamplingParams sampling;
+  int max_tokens = 256;
+  std::vector<std::string> stop;    // stop strings; the text ends before the first one
+  int logprobs = 0;                 // top-k log-probabilities per generated token
+  bool record_logits = false;       // keep every step's full logits (tests)
+  std::optional<int> exact_tokens;  // generate exactly this many tokens, ignoring EOG/stop (profiling)
+  std::function<void(model::Token)> on_token;  // called with each generated token as it is drawn (streaming)
+  std::string agent;
+  kv::Visibility visibility = kv::Visibility::Public;
+  // Mode::Prefix only: reuse prefixes of earlier sequences of the same scope (Engine::new_prefix_scope).
+  // Workflow instances get a scope each, so an instance's result never depends on which instances ran
+  // before it on the engine (a reused prefix is laid out differently from a recomputed one, and rounds
+  // differently). 0, the default, is one scope shared by every call that leaves it.
+  uint64_t prefix_scope = 0;
+};
+
+/// The log-probability of one generated token and of the `logprobs` likeliest alternatives.
+struct TokenLogprobs {
+  model::Token token = 0;
+  float logprob = 0;
+  std::vector<std::pair<model::Token, float>> top;
+};
+
+/// What a decode produced: the message its result names, the generated tokens and text, and why it stopped.
+struct DecodeResult {
+  kv::MessageId id = kv::kNoMessage;
+  std::vector<model::Token> generated;  // excludes the header; includes a final EOG token if one was drawn
+  std::string text;                     // detokenised generated tokens, EOG excluded, cut at a stop string
+  std::string stop_reason;              // "eog", "stop", "length"
+  std::vector<TokenLogprobs> logprobs;
+  std::vector<std::vector<float>> logits;  // with record_logits: logits that produced each generated token
+  CallStats stats;
+};
+
+}  // namespace choreo::runtime
