@@ -15,7 +15,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/exec/instances.h"
 #include "runtime/exec/profile.h"
-#include "runtime/exec/run_arguments.h"
+#include "dsl/plan/elaborate.h"
 #include "runtime/kv/page_pool.h"
 
 namespace choreo::cli {

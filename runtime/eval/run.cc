@@ -9,7 +9,8 @@
 #include "runtime/eval/math_answer.h"
 #include "runtime/exec/leak_guard.h"
 #include "runtime/exec/profile.h"
-#include "runtime/exec/run_arguments.h"
+#include "dsl/arguments.h"
+#include "dsl/plan/elaborate.h"
 #include "runtime/exec/scheduler.h"
 #include "runtime/kv/page_pool.h"
 
@@ -41,7 +42,7 @@ void check_params(const dsl::Workflow& workflow, const exec::RunArguments& share
           names.empty() ? "this workflow declares no params"
                         : fmt::format("its params are: {}", fmt::join(names, ", ")));
     }
-    exec::convert_argument(text, it->value.type, fmt::format("param `{}`", key));
+    dsl::convert_argument(text, it->value.type, fmt::format("param `{}`", key));
   }
 }
 
@@ -101,7 +102,7 @@ std::vector<PreparedRow> prepare_rows(const dsl::Workflow& workflow, const Datas
     p.arguments.max_steps = settings.shared.max_steps;
     p.metric = metric_of(row, data, settings);
     try {
-      exec::bind_arguments(workflow, p.arguments);
+      dsl::plan::bind_arguments(workflow, p.arguments, dsl::plan::Knowledge::Complete);
       score_sample(p.metric, "", context_of(row));  // throws for gold the metric cannot use
     } catch (const InputError& e) {
       fail_row(e, row, data.path);

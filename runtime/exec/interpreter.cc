@@ -1,6 +1,8 @@
-// Runs a workflow: static messages in one prefill batch, then each step in file order. A call with `for:`
-// becomes one prefill_batch / decode_batch of its branches; names bound by `as`, `let` and `select` live in
-// one global scope that expressions read, loop variables in nested scopes above it.
+// Runs a workflow (docs/workflow-language.md, "How a workflow runs"). The run compiles the workflow's plan
+// with its own arguments, then elaborates the workflow with the same elaborator the plan came from
+// (dsl/plan/elaborate.h) knowing every value; this file is the elaborator's executor: it checks each batch
+// against the plan (plan_follower.h), turns its branches into engine requests (tokens in chat turns, PML
+// layouts, sampling defaults), runs them and hands back the messages they made.
 
 #include "runtime/exec/interpreter.h"
 
@@ -9,60 +11,27 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <span>
 #include <unordered_map>
 
-#include "dsl/budget.h"
-#include "dsl/expr/evaluator.h"
-#include "dsl/expr/parser.h"
-#include "dsl/expr/source.h"
-#include "dsl/expr/template.h"
+#include "dsl/expr/value.h"
+#include "dsl/plan/elaborate.h"
 #include "dsl/pml/prompt_parser.h"
 #include "dsl/pml/schema_parser.h"
 #include "runtime/common/input_file.h"
 #include "runtime/exec/calls.h"
+#include "runtime/exec/plan_follower.h"
+#include "runtime/model/chat_template.h"
 #include "runtime/pml/encode.h"
 #include "runtime/pml/prompt_plan.h"
-#include "runtime/exec/run_arguments.h"
-#include "runtime/model/chat_template.h"
 
 namespace choreo::exec {
 
 namespace {
 
-using dsl::expr::MapScope;
-using dsl::expr::Scope;
 using dsl::expr::Type;
 using dsl::expr::Value;
-using dsl::expr::Assignment;
+using dsl::plan::NodeKind;
 using model::Token;
-
-/// The largest index an `as` target may write (keeps a typo like `a[10**9]` from allocating a huge list).
-constexpr int64_t kMaxTargetIndex = 100'000;
-
-/// The scope of names bound so far (inputs, params, messages, `as`/`let`/`select` names); mutable by the run.
-class GlobalScope : public Scope {
- public:
-  std::optional<Value> lookup(std::string_view name) const override {
-    auto it = values_.find(name);
-    if (it == values_.end()) return std::nullopt;
-    return it->second;
-  }
-  std::vector<std::string> names() const override {
-    std::vector<std::string> out;
-    for (const auto& [name, value] : values_) out.push_back(name);
-    return out;
-  }
-  /// The value bound to `name` (null when unbound), moved out so that changing it need not copy it.
-  Value take(const std::string& name) {
-    auto it = values_.find(name);
-    return it == values_.end() ? Value() : std::move(it->second);
-  }
-  void set(const std::string& name, Value value) { values_[name] = std::move(value); }
-
- private:
-  std::map<std::string, Value, std::less<>> values_;
-};
 
 std::string role_name(dsl::Role role) {
   switch (role) {
@@ -78,14 +47,12 @@ std::string role_name(dsl::Role role) {
   return "";
 }
 
-/// Appends the messages of a parent value (a message, or nested lists of messages) in order.
-void flatten_messages(const Value& value, std::vector<dsl::expr::MessageRef>& out, bool& ok) {
+/// Appends the message ids in a value the executor returned (a message, or a PML message's pieces).
+void message_ids(const Value& value, std::vector<kv::MessageId>& out) {
   if (value.type() == Type::Message) {
-    out.push_back(value.as_message());
+    out.push_back(kv::MessageId(value.as_message().id));
   } else if (value.type() == Type::List) {
-    for (const Value& item : value.as_list()) flatten_messages(item, out, ok);
-  } else {
-    ok = false;
+    for (const Value& item : value.as_list()) message_ids(item, out);
   }
 }
 
@@ -96,11 +63,9 @@ struct MessageInfo {
   std::string closing;  // role decodes: the part of the turn suffix the model did not generate
 };
 
-/// One branch of a call, ready for the engine.
+/// One branch of a batch, ready for the engine.
 struct Branch {
   std::string name;
-  std::string base;
-  std::vector<int64_t> indices;
   std::vector<runtime::Parent> parents;
   std::vector<std::string> parent_names;
   std::string text;  // prefill: the rendered text
@@ -114,11 +79,10 @@ struct Branch {
   std::vector<std::string> stop;
 };
 
-class Interpreter {
+class Interpreter : public dsl::plan::Executor {
  public:
-  Interpreter(const dsl::Workflow& workflow, CallSink& engine, const RunHooks& hooks, int64_t max_steps)
-      : workflow_(workflow), engine_(engine), hooks_(hooks), vocab_(engine.model().vocab()),
-        budget_(workflow, max_steps) {
+  Interpreter(const dsl::Workflow& workflow, CallSink& engine, const RunHooks& hooks)
+      : workflow_(workflow), engine_(engine), hooks_(hooks), vocab_(engine.model().vocab()) {
     // A model without a chat template gets ChatML's turns, as llama.cpp's chat tools do.
     format_ = engine.model().chat_format();
     if (format_ == model::ChatFormat::None) format_ = model::ChatFormat::ChatML;
@@ -126,16 +90,54 @@ class Interpreter {
 
   RunResult run(const RunArguments& arguments) {
     try {
-      for (auto& [name, value] : bind_arguments(workflow_, arguments)) globals_.set(name, value);
-      check_supported(workflow_.steps);
-      prefill_messages();
-      run_steps(workflow_.steps, globals_);
-      if (workflow_.output) result_.output = render(*workflow_.output, globals_);
+      // The plan of exactly this run: every batch below must be one of its steps.
+      plan_ = dsl::plan::compile(workflow_, arguments);
+      follower_.emplace(plan_);
+      check_supported();
+      if (hooks_.on_plan) hooks_.on_plan(plan_);
+      dsl::plan::Elaboration e =
+          dsl::plan::elaborate(workflow_, arguments, *this, dsl::plan::Knowledge::Complete);
+      if (e.output) result_.output = std::move(*e.output);
     } catch (...) {
       if (hooks_.on_failure) hooks_.on_failure(std::move(result_));
       throw;
     }
     return std::move(result_);
+  }
+
+  std::vector<Value> execute(NodeKind kind, std::vector<dsl::plan::Branch>& branches,
+                             const SourceLocation& where) override {
+    const size_t step = follower_->match(kind, branches);
+    const std::vector<size_t> nodes = follower_->nodes();
+    std::vector<Value> values(branches.size());
+    if (kind == NodeKind::Message) {
+      // Declared messages in one batch; PML prompts after it, one by one.
+      std::vector<Branch> plain;
+      std::vector<size_t> at;
+      for (size_t i = 0; i < branches.size(); ++i) {
+        if (branches[i].message->prompt) continue;
+        plain.push_back(prepare(branches[i]));
+        at.push_back(i);
+      }
+      if (!plain.empty()) {
+        std::vector<Value> made = prefill(plain, "message", where);
+        for (size_t k = 0; k < at.size(); ++k) values[at[k]] = std::move(made[k]);
+      }
+      for (size_t i = 0; i < branches.size(); ++i)
+        if (branches[i].message->prompt) values[i] = prefill_pml(branches[i]);
+    } else {
+      std::vector<Branch> prepared;
+      for (const dsl::plan::Branch& b : branches) prepared.push_back(prepare(b));
+      values = kind == NodeKind::Prefill ? prefill(prepared, "prefill", where) : decode(prepared, where);
+    }
+    std::vector<kv::MessageId> created;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const size_t first = created.size();
+      message_ids(values[i], created);
+      for (size_t k = first; k < created.size(); ++k) follower_->created(created[k], nodes[i]);
+    }
+    if (hooks_.on_plan_batch) hooks_.on_plan_batch(step, created);
+    return values;
   }
 
  private:
@@ -146,92 +148,19 @@ class Interpreter {
   }
 
   /// Rejects what this version cannot run, before anything is computed.
-  void check_supported(const std::vector<dsl::Step>& steps) const {
-    for (const dsl::Step& step : steps) {
-      if (const auto* call = std::get_if<dsl::Call>(&step.node)) {
-        if (call->model && !is_loaded_model(call->model->value))
-          throw error_at(
-              call->model->where,
-              fmt::format("a per-call model (`{}`) other than the loaded model is not supported yet",
-                          call->model->value),
-              fmt::format("the loaded model is {}", engine_.model().file().path()));
-      } else if (const auto* repeat = std::get_if<dsl::Repeat>(&step.node)) {
-        check_supported(repeat->steps);
-      }
-    }
+  void check_supported() const {
+    for (const dsl::plan::Node& n : plan_.nodes)
+      if (n.model && !is_loaded_model(n.model->value))
+        throw error_at(n.model->where,
+                       fmt::format("a per-call model (`{}`) other than the loaded model is not supported yet",
+                                   n.model->value),
+                       fmt::format("the loaded model is {}", engine_.model().file().path()));
   }
 
   bool is_loaded_model(const std::string& name) const {
     const std::filesystem::path loaded = engine_.model().file().path();
     if (workflow_.model && workflow_.model->value == name) return true;
     return name == loaded.string() || name == loaded.filename().string() || name == loaded.stem().string();
-  }
-
-  // ---- expressions -----------------------------------------------------------------------------------
-
-  Value evaluate(const dsl::Text& text, const Scope& scope) const {
-    return dsl::expr::evaluate(dsl::expr::parse_expression(text.value, text.where), scope);
-  }
-
-  bool condition(const dsl::Text& text, const Scope& scope) const {
-    return dsl::expr::evaluate_condition(dsl::expr::parse_expression(text.value, text.where), scope);
-  }
-
-  std::string render(const dsl::Text& text, const Scope& scope) const {
-    return dsl::expr::render(dsl::expr::parse_template(text.value, text.where), scope);
-  }
-
-  int64_t integer(const dsl::IntSetting& setting, const Scope& scope, std::string_view what) const {
-    if (const int64_t* literal = std::get_if<int64_t>(&setting.value)) return *literal;
-    const Value v = evaluate(std::get<dsl::Text>(setting.value), scope);
-    if (v.type() != Type::Int)
-      throw error_at(setting.where, fmt::format("`{}` must be a whole number, got {} {}", what, v.type_name(),
-                                                dsl::expr::describe(v)));
-    return v.as_int();
-  }
-
-  double real(const dsl::FloatSetting& setting, const Scope& scope, std::string_view what) const {
-    if (const double* literal = std::get_if<double>(&setting.value)) return *literal;
-    const Value v = evaluate(std::get<dsl::Text>(setting.value), scope);
-    if (!v.is_number())
-      throw error_at(setting.where, fmt::format("`{}` must be a number, got {} {}", what, v.type_name(),
-                                                dsl::expr::describe(v)));
-    return v.as_number();
-  }
-
-  int position(const dsl::IntSetting& setting, const Scope& scope, std::string_view what) const {
-    const int64_t v = integer(setting, scope, what);
-    if (v < 0 || v > 1'000'000'000)
-      throw error_at(setting.where, fmt::format("`{}` must be a position ≥ 0, got {}", what, v));
-    return int(v);
-  }
-
-  /// The elements a `NAME in EXPR` header iterates over: a list, or a dict's keys (sorted).
-  std::vector<Value> iterate(const dsl::Loop& loop, const Scope& scope) const {
-    const Value v = evaluate(loop.iterable, scope);
-    if (v.type() == Type::List) return v.as_list();
-    if (v.type() == Type::Dict) {
-      std::vector<Value> keys;
-      for (const auto& [key, value] : v.as_dict()) keys.push_back(Value::string(key));
-      return keys;
-    }
-    throw error_at(
-        loop.iterable.where,
-        fmt::format("a loop needs a list to iterate over, got {} {}", v.type_name(), dsl::expr::describe(v)),
-        "write e.g. `i in range(3)`");
-  }
-
-  /// An `agent:` / `private:` value: a template that must name a declared agent (when any are declared).
-  std::string agent(const dsl::Text& text, const Scope& scope) const {
-    std::string name = render(text, scope);
-    if (workflow_.agents.empty()) return name;
-    std::vector<std::string> declared;
-    for (const dsl::Agent& a : workflow_.agents) declared.push_back(a.name.value);
-    if (std::find(declared.begin(), declared.end(), name) == declared.end())
-      throw error_at(text.where,
-                     dsl::expr::with_suggestion(fmt::format("unknown agent `{}`", name), name, declared),
-                     fmt::format("the agents are: {}", fmt::join(declared, ", ")));
-    return name;
   }
 
   // ---- tokenisation ----------------------------------------------------------------------------------
@@ -272,37 +201,15 @@ class Interpreter {
                                     ended_on_eog ? vocab_.token_to_piece(r.generated.back(), true) : "");
   }
 
-  // ---- static messages -------------------------------------------------------------------------------
-
-  void prefill_messages() {
-    std::vector<Branch> branches;
-    for (const dsl::Message& m : workflow_.messages) {
-      if (m.prompt) continue;  // PML prompts: after the batch, below
-      Branch b;
-      b.name = b.base = m.name.value;
-      b.role = role_name(m.role);
-      b.text = message_text(m, globals_);
-      if (m.private_to) {
-        b.agent = agent(*m.private_to, globals_);
-        b.is_private = true;
-      }
-      b.tokens = message_tokens(b);
-      if (b.tokens.empty()) throw error_at(m.where, fmt::format("message `{}` is empty", b.name));
-      branches.push_back(std::move(b));
-    }
-    if (!branches.empty()) prefill(branches, "message", workflow_.messages.front().where);
-    for (const dsl::Message& m : workflow_.messages)
-      if (m.prompt) prefill_pml(m);
-  }
-
   // ---- PML prompts (docs/pml.md) ----------------------------------------------------------------------
 
   /// A PML message: the schema's modules are encoded at their schema positions (content keys make this free
   /// when they already are), the prompt's arguments and uncached text are encoded at theirs, and the name is
   /// bound to the list of all these messages in position order. Listed as parents, they keep their schema
   /// positions (shifted together by an `at:`), so a decode over them sees exactly the prompt.
-  void prefill_pml(const dsl::Message& m) {
-    const std::string written = render(*m.pml, globals_);
+  Value prefill_pml(const dsl::plan::Branch& branch) {
+    const dsl::Message& m = *branch.message;
+    const std::string& written = branch.pml_file.value();
     // The path is relative to the workflow file and must stay inside its directory (or one allowed with
     // --allow-path): a template lets a data row choose the file, and a row must not choose /etc/shadow.
     std::filesystem::path path;
@@ -352,7 +259,7 @@ class Interpreter {
       result_.messages.push_back(std::move(r));
       encoded_now.erase(it);
     }
-    const std::string text = render(*m.prompt, globals_);
+    const std::string& text = branch.pml_prompt.value();
     const runtime::pml::PromptPlan plan =
         runtime::pml::plan_prompt(encoded.layout, dsl::pml::parse_prompt(text, m.prompt->where), model);
 
@@ -400,200 +307,69 @@ class Interpreter {
       add(result.id, "text", plan.header_pos, int(plan.header.size()), vocab_.detokenize(plan.header), result.stats,
           plan.header, start_ms);
     }
-    globals_.set(m.name.value, Value::list(std::move(refs)));
+    return Value::list(std::move(refs));
   }
 
-  std::string message_text(const dsl::Message& m, const Scope& scope) const {
-    if (m.text) return render(*m.text, scope);
-    if (m.field) {
-      std::optional<Value> v = scope.lookup(m.field->value);
-      if (!v)
-        throw error_at(
-            m.field->where,
-            fmt::format("dataset field `{}` has no value (datasets are not supported yet)", m.field->value),
-            fmt::format("pass it with --input {}=TEXT", m.field->value));
-      try {
-        return dsl::expr::render_within(*v, dsl::expr::EvalLimits{}.max_string_bytes);
-      } catch (const dsl::expr::ValueLimitError& e) {
-        throw error_at(m.field->where, fmt::format("field `{}`: {}", m.field->value, e.message()), e.hint());
+  // ---- branches -------------------------------------------------------------------------------------
+
+  /// Where a parent goes: a PML piece keeps its schema position (its entry's pieces shifted together by an
+  /// `at:`); any other message at its entry's `at:` when it is the entry's first, else after the one before.
+  void add_parents(Branch& b, const dsl::plan::Node& node) const {
+    const SourceLocation* entry = nullptr;
+    std::optional<int64_t> entry_at;
+    std::optional<int> shift;
+    for (const dsl::plan::Edge& e : node.parents) {
+      if (!entry || e.where.line != entry->line || e.where.col != entry->col) {
+        entry = &e.where;
+        entry_at = e.at;
+        shift.reset();
       }
-    }
-    throw error_at(m.where, fmt::format("message `{}` is a PML prompt; it cannot be prefilled again", m.name.value),
-                   fmt::format("list `{}` as a parent instead", m.name.value));
-  }
-
-  // ---- steps -----------------------------------------------------------------------------------------
-
-  void run_steps(const std::vector<dsl::Step>& steps, const Scope& scope) {
-    for (const dsl::Step& step : steps) {
-      std::visit([&](const auto& node) { run_step(node, scope); }, step.node);
-    }
-  }
-
-  void run_step(const dsl::Let& let, const Scope& scope) {
-    if (let.when && !condition(*let.when, scope)) return;
-    for (const dsl::Binding& binding : let.bindings)
-      globals_.set(binding.name.value, evaluate(binding.value, scope));
-  }
-
-  void run_step(const dsl::Select& select, const Scope& scope) {
-    if (select.when && !condition(*select.when, scope)) return;
-    const Value v = evaluate(select.choice, scope);
-    std::vector<dsl::expr::MessageRef> refs;
-    bool ok = true;
-    flatten_messages(v, refs, ok);
-    if (!ok || refs.empty())
-      throw error_at(select.choice.where, fmt::format("`select` must pick a message, got {} {}",
-                                                      v.type_name(), dsl::expr::describe(v)));
-    globals_.set(select.as.value, v);
-  }
-
-  void run_step(const dsl::Repeat& repeat, const Scope& scope) {
-    if (repeat.when && !condition(*repeat.when, scope)) return;
-    for (const Value& element : iterate(repeat.loop, scope)) {
-      budget_.iteration(repeat.loop);
-      MapScope inner(&scope);
-      inner.set(repeat.loop.variable.value, element);
-      run_steps(repeat.steps, inner);
-      if (repeat.until && condition(*repeat.until, inner)) break;
-    }
-  }
-
-  void run_step(const dsl::Call& call, const Scope& scope) {
-    std::vector<Branch> branches;
-    if (call.for_each) {
-      const std::vector<Value> elements = iterate(*call.for_each, scope);
-      for (size_t i = 0; i < elements.size(); ++i) {
-        budget_.iteration(*call.for_each);
-        MapScope inner(&scope);
-        inner.set(call.for_each->variable.value, elements[i]);
-        try {
-          if (call.when && !condition(*call.when, inner)) continue;
-          branches.push_back(prepare(call, inner));
-        } catch (const InputError& e) {
-          throw e.with_message(fmt::format("in branch {} = {}: {}", call.for_each->variable.value,
-                                           dsl::expr::describe(elements[i]), e.message()));
-        }
-      }
-    } else {
-      budget_.call(call);
-      if (call.when && !condition(*call.when, scope)) return;
-      branches.push_back(prepare(call, scope));
-    }
-    if (branches.empty()) return;
-    if (call.kind == dsl::CallKind::Prefill)
-      prefill(branches, "prefill", call.where);
-    else
-      decode(branches, call.where);
-  }
-
-  /// Evaluates everything one branch of a call needs: its name, parents, text or header, and settings.
-  Branch prepare(const dsl::Call& call, const Scope& scope) const {
-    Branch b;
-    b.base = call.as.base.value;
-    b.name = b.base;
-    for (const dsl::Text& index : call.as.indices) {
-      const Value v = evaluate(index, scope);
-      if (v.type() != Type::Int || v.as_int() < 0 || v.as_int() > kMaxTargetIndex)
-        throw error_at(index.where, fmt::format("an `as` index must be a whole number in [0, {}], got {}",
-                                                kMaxTargetIndex, dsl::expr::describe(v)));
-      b.indices.push_back(v.as_int());
-      b.name += fmt::format("[{}]", v.as_int());
-    }
-    for (const dsl::Parent& parent : call.parents) add_parent(b, parent, scope);
-    if (call.new_offset) b.new_offset = position(*call.new_offset, scope, "new_offset");
-    b.previous_role = previous_role(b.parents);
-    if (call.agent) b.agent = agent(*call.agent, scope);
-    if (call.private_to) {
-      b.is_private = true;
-      const std::string owner = agent(*call.private_to, scope);
-      if (b.agent.empty()) b.agent = owner;
-    }
-
-    const dsl::Message* declared = nullptr;
-    if (call.message)
-      for (const dsl::Message& m : workflow_.messages)
-        if (m.name.value == call.message->value) declared = &m;
-    b.role = role_name(call.role != dsl::Role::None || !declared ? call.role : declared->role);
-
-    if (call.kind == dsl::CallKind::Prefill) {
-      if (declared)
-        b.text = message_text(*declared, scope);
-      else if (call.text)
-        b.text = render(*call.text, scope);
-      b.tokens = message_tokens(b);
-      if (b.tokens.empty()) throw error_at(call.where, fmt::format("prefill `{}` has no tokens", b.name));
-    } else {
-      const std::string header = call.header ? render(*call.header, scope) : std::string();
-      b.text = header;
-      b.tokens = header_tokens(b, header);
-      if (b.tokens.empty())
-        throw error_at(call.where, fmt::format("decode `{}` has an empty header", b.name),
-                       "give a non-empty `header:` or a `role:`");
-      sampling(b, scope, workflow_.sampling, call.sampling);
-    }
-    return b;
-  }
-
-  void add_parent(Branch& b, const dsl::Parent& parent, const Scope& scope) const {
-    const Value v = evaluate(parent.ref, scope);
-    std::vector<dsl::expr::MessageRef> refs;
-    bool ok = true;
-    flatten_messages(v, refs, ok);
-    if (!ok)
-      throw error_at(
-          parent.ref.where,
-          fmt::format("parent `{}` is {} {}, not a message or a list of messages", parent.ref.value,
-                      v.type_name(), dsl::expr::describe(v)),
-          "parents name messages: declared messages, `as` names of earlier calls, or `select` names");
-    std::optional<int> offset;
-    if (parent.at) offset = position(*parent.at, scope, "at");
-    std::optional<int> shift;  // PML pieces keep their schema positions, moved together by an `at:`
-    for (size_t i = 0; i < refs.size(); ++i) {
-      auto pin = pinned_.find(kv::MessageId(refs[i].id));
+      const kv::MessageId id = kv::MessageId(e.parent);
+      auto pin = pinned_.find(id);
       if (pin != pinned_.end()) {
-        if (!shift) shift = offset ? *offset - pin->second.offset : 0;
-        b.parents.push_back({kv::MessageId(refs[i].id), pin->second.offset + *shift, pin->second.n_tokens});
-        b.parent_names.push_back(info_.at(kv::MessageId(refs[i].id)).name);
-        continue;
+        if (!shift) shift = entry_at ? int(*entry_at) - pin->second.offset : 0;
+        b.parents.push_back({id, pin->second.offset + *shift, pin->second.n_tokens});
+      } else {
+        b.parents.push_back({id, e.at ? std::optional<int>(int(*e.at)) : std::nullopt, std::nullopt});
       }
-      // An explicit offset places the first message; the rest follow it (the engine's default rule).
-      b.parents.push_back({kv::MessageId(refs[i].id), i == 0 ? offset : std::nullopt, std::nullopt});
-      auto it = info_.find(kv::MessageId(refs[i].id));
-      b.parent_names.push_back(it == info_.end() ? std::to_string(refs[i].id) : it->second.name);
+      auto it = info_.find(id);
+      b.parent_names.push_back(it == info_.end() ? std::to_string(id) : it->second.name);
     }
   }
 
-  void sampling(Branch& b, const Scope& scope, const dsl::Sampling& workflow,
-                const dsl::Sampling& call) const {
-    b.sampling.temperature = kDefaultTemperature;
-    b.sampling.top_k = kDefaultTopK;
-    b.sampling.top_p = kDefaultTopP;
-    b.sampling.seed = default_seed(b.name);
-    for (const dsl::Sampling* s : {&workflow, &call}) {
-      if (s->temperature) b.sampling.temperature = float(real(*s->temperature, scope, "temperature"));
-      if (s->top_p) b.sampling.top_p = float(real(*s->top_p, scope, "top_p"));
-      if (s->top_k)
-        b.sampling.top_k = int(std::clamp<int64_t>(integer(*s->top_k, scope, "top_k"), 0, 1 << 30));
-      if (s->max_tokens) {
-        const int64_t n = integer(*s->max_tokens, scope, "max_tokens");
-        if (n < 1 || n > 1'000'000)
-          throw error_at(s->max_tokens->where,
-                         fmt::format("`max_tokens` must be in [1, 1000000], got {}", n));
-        b.max_tokens = int(n);
+  /// Everything the engine needs for one elaborated branch: parents, tokens, sampling.
+  Branch prepare(const dsl::plan::Branch& src) const {
+    const dsl::plan::Node& n = src.node;
+    Branch b;
+    b.name = n.name;
+    b.role = role_name(src.role);
+    add_parents(b, n);
+    if (n.new_offset) b.new_offset = int(*n.new_offset);
+    b.previous_role = previous_role(b.parents);
+    b.agent = n.agent;
+    b.is_private = !n.private_to.empty();
+    if (n.kind != NodeKind::Decode) {
+      b.text = n.text.value();
+      b.tokens = message_tokens(b);
+      if (b.tokens.empty()) {
+        if (n.kind == NodeKind::Message) throw error_at(src.message->where, fmt::format("message `{}` is empty", b.name));
+        throw error_at(n.where, fmt::format("prefill `{}` has no tokens", b.name));
       }
-      if (s->seed) {
-        const int64_t seed = integer(*s->seed, scope, "seed");
-        if (seed < 0) throw error_at(s->seed->where, fmt::format("`seed` must be at least 0, got {}", seed));
-        b.sampling.seed = uint64_t(seed);
-      }
-      if (s->stop) {
-        b.stop.clear();
-        for (const dsl::Text& stop : *s->stop) b.stop.push_back(render(stop, scope));
-      }
+      return b;
     }
-    if (!(b.sampling.temperature >= 0) || !(b.sampling.top_p > 0 && b.sampling.top_p <= 1))
-      throw InputError(fmt::format("decode `{}`: temperature must be ≥ 0 and top_p in (0, 1]", b.name));
+    b.text = src.header.value();
+    b.tokens = header_tokens(b, b.text);
+    if (b.tokens.empty())
+      throw error_at(n.where, fmt::format("decode `{}` has an empty header", b.name),
+                     "give a non-empty `header:` or a `role:`");
+    const dsl::plan::SamplingValues& s = src.sampling;
+    b.sampling.temperature = s.temperature ? float(*s.temperature) : kDefaultTemperature;
+    b.sampling.top_p = s.top_p ? float(*s.top_p) : kDefaultTopP;
+    b.sampling.top_k = s.top_k ? int(std::clamp<int64_t>(*s.top_k, 0, 1 << 30)) : kDefaultTopK;
+    b.sampling.seed = s.seed ? uint64_t(*s.seed) : default_seed(b.name);
+    if (s.max_tokens) b.max_tokens = int(*s.max_tokens);
+    if (s.stop) b.stop = *s.stop;
+    return b;
   }
 
   // ---- engine calls ----------------------------------------------------------------------------------
@@ -614,6 +390,7 @@ class Interpreter {
     r.agent = b.agent;
     r.is_private = b.is_private;
     r.parents = b.parent_names;
+    for (const runtime::Parent& p : b.parents) r.parent_at.push_back(p.offset);
     r.start_pos = stats.start_pos;
     r.n_computed = stats.n_computed;
     r.n_reused = stats.n_reused;
@@ -623,22 +400,7 @@ class Interpreter {
     return r;
   }
 
-  /// Binds each branch's `as` name to its message: every branch of a batch at once, so that a fan-out of n
-  /// branches copies its list once, not n times.
-  void bind(const std::vector<Branch>& branches, std::vector<Value> messages, const SourceLocation& where) {
-    std::map<std::string, std::vector<Assignment>> by_base;
-    for (size_t i = 0; i < branches.size(); ++i)
-      by_base[branches[i].base].push_back({branches[i].indices, std::move(messages[i])});
-    for (auto& [base, assignments] : by_base) {
-      try {
-        globals_.set(base, dsl::expr::assign_all(globals_.take(base), assignments));
-      } catch (const dsl::expr::ValueLimitError& e) {
-        throw error_at(where, fmt::format("binding `{}`: {}", base, e.message()), e.hint());
-      }
-    }
-  }
-
-  void prefill(const std::vector<Branch>& branches, std::string kind, const SourceLocation& where) {
+  std::vector<Value> prefill(const std::vector<Branch>& branches, std::string kind, const SourceLocation& where) {
     std::vector<runtime::PrefillRequest> requests;
     for (const Branch& b : branches)
       requests.push_back({b.tokens, b.parents, b.new_offset, b.agent,
@@ -661,10 +423,10 @@ class Interpreter {
       info_[results[i].id] = {b.name, b.role, {}};
       messages.push_back(Value::message({results[i].id, b.text}));
     }
-    bind(branches, std::move(messages), where);
+    return messages;
   }
 
-  void decode(const std::vector<Branch>& branches, const SourceLocation& where) {
+  std::vector<Value> decode(const std::vector<Branch>& branches, const SourceLocation& where) {
     std::vector<runtime::DecodeRequest> requests;
     for (const Branch& b : branches) {
       runtime::DecodeRequest d;
@@ -713,7 +475,7 @@ class Interpreter {
       messages.push_back(Value::message({d.id, d.text}));
       if (hooks_.on_decoded) hooks_.on_decoded(r);
     }
-    bind(branches, std::move(messages), where);
+    return messages;
   }
 
   const dsl::Workflow& workflow_;
@@ -721,8 +483,8 @@ class Interpreter {
   const RunHooks& hooks_;
   const model::Vocab& vocab_;
   model::ChatFormat format_;
-  GlobalScope globals_;
-  dsl::WorkBudget budget_;
+  dsl::plan::Plan plan_;
+  std::optional<PlanFollower> follower_;
   std::unordered_map<kv::MessageId, MessageInfo> info_;
   struct Pinned {
     int offset = 0;
@@ -741,7 +503,7 @@ double clock_ms() {
 
 RunResult run_workflow(const dsl::Workflow& workflow, CallSink& sink, const RunArguments& arguments,
                        const RunHooks& hooks) {
-  return Interpreter(workflow, sink, hooks, arguments.max_steps).run(arguments);
+  return Interpreter(workflow, sink, hooks).run(arguments);
 }
 
 RunResult run_workflow(const dsl::Workflow& workflow, runtime::Engine& engine, const RunArguments& arguments,

@@ -1,8 +1,9 @@
 #pragma once
 // The workflow interpreter: runs a parsed dsl::Workflow on a runtime::Engine for one set of inputs
-// (docs/workflow-language.md). Static messages are prefilled in one batch, steps run in file order, each
-// `for` fan-out is one batched engine call, and every expression is evaluated by dsl/expr against a scope of
-// inputs, params, loop variables and the names steps have bound (messages as MessageRef{id, text}).
+// (docs/workflow-language.md). It compiles the workflow's plan (dsl/plan/plan.h) with the run's arguments and
+// executes it through the one elaborator (dsl/plan/elaborate.h): static messages are prefilled in one batch,
+// steps run in file order, each `for` fan-out is one batched engine call, and every batch is checked against
+// the plan's step of the same name, parents, offsets and agents (exec/plan_follower.h).
 
 #include <functional>
 #include <map>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "dsl/budget.h"
+#include "dsl/plan/plan.h"
 #include "dsl/workflow.h"
 #include "runtime/engine/engine.h"
 #include "runtime/exec/call_sink.h"
@@ -17,12 +19,8 @@
 namespace choreo::exec {
 
 /// Values given on the command line for one run: `--input k=v` and `--param k=v`, as written, and the run's
-/// work bound (`--max-steps`: loop iterations and calls, dsl/budget.h).
-struct RunArguments {
-  std::map<std::string, std::string> inputs;
-  std::map<std::string, std::string> params;
-  int64_t max_steps = dsl::kDefaultMaxSteps;
-};
+/// work bound (`--max-steps`: loop iterations and calls, dsl/budget.h). The plan is compiled from the same.
+using RunArguments = dsl::plan::Arguments;
 
 /// One message the run created: a static message, a prefill or a decode.
 struct MessageRecord {
@@ -32,6 +30,7 @@ struct MessageRecord {
   std::string agent;
   bool is_private = false;
   std::vector<std::string> parents;  ///< the parents' names, in placement order
+  std::vector<std::optional<int>> parent_at;  ///< each parent's requested position (`at:`, a PML piece's own)
   std::string text;                  ///< the rendered text (message, prefill) or the generated text (decode)
   std::string stop_reason;           ///< decodes: "eog", "stop" or "length"
   std::vector<model::Token> tokens;  ///< the message's tokens (a decode: header, then the generated tokens)
@@ -78,6 +77,11 @@ struct RunHooks {
   /// A run that fails hands over what it did before the error (then the error propagates): `--json` and
   /// `--trace` still write it, marked incomplete.
   std::function<void(RunResult&& partial)> on_failure;
+  /// The plan the run follows, once compiled (before the first engine call).
+  std::function<void(const dsl::plan::Plan& plan)> on_plan;
+  /// After each batch: the index of the plan's batch (step) it was, and the messages it created (a PML
+  /// message: each of its pieces).
+  std::function<void(size_t plan_batch, const std::vector<kv::MessageId>& created)> on_plan_batch;
 };
 
 /// Milliseconds on the steady clock (the time base of MessageRecord::start_ms).

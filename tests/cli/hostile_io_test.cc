@@ -116,13 +116,14 @@ TEST_SUITE("hostile") {
     }
     CHECK(fs::is_directory(empty_dir));
 
-    // A workflow that fails after its first decode: --json keeps that decode, marked incomplete.
+    // A workflow that fails after its first decode (on its generated text, which only the run knows, so the
+    // plan compiled before the first call cannot fail on it): --json keeps that decode, marked incomplete.
     const fs::path workflow = s.path / "fails.yaml";
     std::ofstream(workflow) << "name: fails\n"
                                "messages:\n  a: {text: \"Once upon a time\"}\n"
                                "steps:\n"
                                "  - decode: {as: b, parents: [a], header: \"There\", max_tokens: 2}\n"
-                               "  - let: {n: \"int('not a number')\"}\n";
+                               "  - let: {n: \"int(b)\"}\n";
     const fs::path json = s.path / "run.json", trace = s.path / "trace.json";
     const ProcessResult r = choreo_run(
         {"run", workflow.string(), "-m", model, "--json", json.string(), "--trace", trace.string()}, s.path);

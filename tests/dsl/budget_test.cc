@@ -71,9 +71,10 @@ TEST_CASE("work bound: check and run spend one step per iteration, branch and ca
   CHECK(checked->what() == std::string(ran->what()));
 }
 
-TEST_CASE("work bound: a loop that may stop early is counted to its end by the check, as far as it ran by the run") {
-  // The run stops after the first iteration (the decode's one token is always 'there' or not: either way
-  // `until: true` stops it); the check cannot know, so it counts all 1000 iterations.
+TEST_CASE("work bound: a loop that may stop early is counted to its end, by the check and by the run alike") {
+  // The run would stop after the first iteration (the decode's one token is always 'there' or not: either
+  // way `until: true` stops it), but a run follows its plan, compiled first, and the plan holds every
+  // iteration the loop may run: 1000 iterations and 1000 calls. So both fail at 1999 steps and pass at 2000.
   const std::string yaml = R"yaml(name: u
 messages:
   m: {text: "Once upon a time"}
@@ -83,11 +84,14 @@ steps:
     steps:
       - decode: {as: "d[r]", parents: [m], header: " a", max_tokens: 1}
 )yaml";
-  CHECK(!run_error(yaml, 2));  // one iteration and one call
   const std::optional<InputError> checked = check_error(yaml, 1999);
+  const std::optional<InputError> ran = run_error(yaml, 1999);
   REQUIRE(checked);
+  REQUIRE(ran);
   CHECK(checked->where().line == 8);  // the last step spent is the 1000th call
+  CHECK(checked->what() == std::string(ran->what()));
   CHECK(!check_error(yaml, 2000));
+  CHECK(!run_error(yaml, 2000));
 }
 
 TEST_CASE("work bound: the bound must be at least 1") {
