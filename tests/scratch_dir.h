@@ -6,9 +6,12 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <string>
+
+#include "runtime/common/error.h"
 
 namespace choreo::testing {
 
@@ -33,6 +36,16 @@ struct ScratchDir {
 inline std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+/// The rendered InputError `f` throws, or "(no InputError)" when it throws none.
+inline std::string input_error_text(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.render();
+  }
+  return "(no InputError)";
 }
 
 }  // namespace choreo::testing

@@ -32,15 +32,6 @@ struct PolicyScope {
   ~PolicyScope() { configure_input_policy(0, {}); }
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.render();
-  }
-  return "(no InputError)";
-}
-
 TEST_CASE("an input file's size is checked before it is read; a directory is named as one") {
   ScratchDir s;
   const fs::path sparse = s.path / "huge.yaml";
@@ -48,14 +39,14 @@ TEST_CASE("an input file's size is checked before it is read; a directory is nam
     std::ofstream(sparse) << "name: x\n";
   }
   fs::resize_file(sparse, uint64_t(1) << 30);  // 1 GiB, sparse: reading it would take a GiB of memory
-  const std::string e = error_of([&] { dsl::load_workflow(sparse.string()); });
+  const std::string e = testing::input_error_text([&] { dsl::load_workflow(sparse.string()); });
   CHECK(e.find("limited to 4 MiB") != std::string::npos);
   CHECK(e.find("--max-input-mib") != std::string::npos);
-  CHECK(error_of([&] { read_input_file(s.str(), "schema file", 1 << 20); }).find("is a directory") !=
+  CHECK(testing::input_error_text([&] { read_input_file(s.str(), "schema file", 1 << 20); }).find("is a directory") !=
         std::string::npos);
-  CHECK(error_of([&] { dsl::load_workflow(s.str()); }).find("is a directory") != std::string::npos);
-  CHECK(error_of([&] { dsl::pml::load_schema(s.str()); }).find("is a directory") != std::string::npos);
-  CHECK(error_of([&] { read_input_file((s.path / "none").string(), "data file", 1); }).find("does not exist") !=
+  CHECK(testing::input_error_text([&] { dsl::load_workflow(s.str()); }).find("is a directory") != std::string::npos);
+  CHECK(testing::input_error_text([&] { dsl::pml::load_schema(s.str()); }).find("is a directory") != std::string::npos);
+  CHECK(testing::input_error_text([&] { read_input_file((s.path / "none").string(), "data file", 1); }).find("does not exist") !=
         std::string::npos);
 
   // Exactly at the limit is fine; one byte more is not.
@@ -66,7 +57,7 @@ TEST_CASE("an input file's size is checked before it is read; a directory is nam
   // A FIFO is read when the user names it, refused when a file names it (it could block forever).
   const fs::path fifo = s.path / "pipe";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
-  CHECK(error_of([&] { read_input_file(fifo.string(), "src file", 100, Origin::Referred); })
+  CHECK(testing::input_error_text([&] { read_input_file(fifo.string(), "src file", 100, Origin::Referred); })
             .find("special file") != std::string::npos);
 }
 
@@ -78,9 +69,9 @@ TEST_CASE("--max-input-mib raises the limits") {
     out << "name: big\nsteps: []\n#";
     out << std::string(5 << 20, 'x') << "\n";
   }
-  CHECK(error_of([&] { dsl::load_workflow(big.string()); }).find("limited to 4 MiB") != std::string::npos);
+  CHECK(testing::input_error_text([&] { dsl::load_workflow(big.string()); }).find("limited to 4 MiB") != std::string::npos);
   PolicyScope raised(8, {});
-  CHECK(error_of([&] { dsl::load_workflow(big.string()); }).find("limited to") == std::string::npos);
+  CHECK(testing::input_error_text([&] { dsl::load_workflow(big.string()); }).find("limited to") == std::string::npos);
 }
 
 TEST_CASE("PML src= stays inside the schema's directory unless --allow-path allows another") {
@@ -102,7 +93,7 @@ TEST_CASE("PML src= stays inside the schema's directory unless --allow-path allo
                                                                              "/secret.txt",
                                  std::string("link.txt"), std::string("/etc/passwd")}) {
     CAPTURE(bad);
-    const std::string e = error_of([&] { dsl::pml::load_schema(schema_with(bad)); });
+    const std::string e = testing::input_error_text([&] { dsl::pml::load_schema(schema_with(bad)); });
     CHECK(e.find("leads outside the directory of s.pml") != std::string::npos);
     CHECK(e.find("s.pml:1:") != std::string::npos);  // located at the attribute
     CHECK(e.find("--allow-path") != std::string::npos);

@@ -42,38 +42,29 @@ std::string write_key(const fs::path& path, size_t n, unsigned seed, mode_t mode
   return path.string();
 }
 
-std::string input_error_text(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.render();
-  }
-  return "no InputError";
-}
-
 TEST_CASE(
     "store key: a key file is 32 to 4096 bytes that only its owner can access; anything else is refused") {
   ScratchDir dir;
   CHECK_NOTHROW(store::EntryAuthenticator::from_key_file(write_key(dir.path / "good", 32, 1)));
   CHECK_NOTHROW(store::EntryAuthenticator::from_key_file(write_key(dir.path / "long", 4096, 1, 0400)));
-  CHECK(input_error_text([&] {
+  CHECK(testing::input_error_text([&] {
           store::EntryAuthenticator::from_key_file(write_key(dir.path / "s", 31, 1));
         }).find("31 bytes") != std::string::npos);
-  CHECK(input_error_text([&] {
+  CHECK(testing::input_error_text([&] {
           store::EntryAuthenticator::from_key_file(write_key(dir.path / "l", 4097, 1));
         }).find("more than 4096") != std::string::npos);
   const std::string shared = write_key(dir.path / "shared", 32, 1, 0640);
-  const std::string text = input_error_text([&] { store::EntryAuthenticator::from_key_file(shared); });
+  const std::string text = testing::input_error_text([&] { store::EntryAuthenticator::from_key_file(shared); });
   CHECK(text.find("group or others") != std::string::npos);
   CHECK(text.find("chmod 600") != std::string::npos);
-  CHECK(input_error_text([&] {
+  CHECK(testing::input_error_text([&] {
           store::EntryAuthenticator::from_key_file((dir.path / "none").string());
         }).find("cannot open") != std::string::npos);
   // A FIFO where the key should be is refused at once (opened without blocking), not waited on.
   const fs::path fifo = dir.path / "fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   auto refused = std::async(std::launch::async, [&] {
-    return input_error_text([&] { store::EntryAuthenticator::from_key_file(fifo.string()); });
+    return testing::input_error_text([&] { store::EntryAuthenticator::from_key_file(fifo.string()); });
   });
   REQUIRE(refused.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
   CHECK(refused.get().find("not a regular file") != std::string::npos);
