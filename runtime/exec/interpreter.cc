@@ -19,7 +19,7 @@
 #include "dsl/expr/template.h"
 #include "dsl/pml/prompt_parser.h"
 #include "dsl/pml/schema_parser.h"
-#include "runtime/common/input_file.h"
+#include "common/input_file.h"
 #include "runtime/exec/calls.h"
 #include "runtime/pml/encode.h"
 #include "runtime/pml/prompt_plan.h"
