@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/model/session.h"
 

@@ -7,7 +7,7 @@
 #include <map>
 
 #include "cli/common.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/store/cache_dir.h"
 #include "runtime/store/disk_store.h"
 

@@ -18,7 +18,7 @@
 #include "dsl/plan/plan.h"
 #include "dsl/plan/step_graph.h"
 #include "dsl/workflow_parser.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::cli {
 

@@ -14,15 +14,15 @@
 #include "cli/common.h"
 #include "dsl/pml/prompt_parser.h"
 #include "dsl/pml/schema_parser.h"
-#include "runtime/common/error.h"
-#include "runtime/common/input_file.h"
+#include "common/error.h"
+#include "common/input_file.h"
 #include "runtime/engine/engine.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/pml/encode.h"
 #include "runtime/pml/serve.h"
 #include "runtime/store/cache_dir.h"
 #include "runtime/store/disk_store.h"
-#include "runtime/common/terminal_text.h"
+#include "common/terminal_text.h"
 
 namespace choreo::cli {
 

@@ -17,7 +17,7 @@
 
 #include "cli/common.h"
 #include "dsl/workflow_parser.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/eval/progress.h"
 #include "runtime/eval/run.h"
 #include "runtime/eval/summary.h"

@@ -6,8 +6,8 @@
 #include <iostream>
 
 #include "cli/common.h"
-#include "runtime/common/error.h"
-#include "runtime/common/input_file.h"
+#include "common/error.h"
+#include "common/input_file.h"
 #include "runtime/engine/engine.h"
 #include "runtime/exec/calls.h"
 #include "runtime/kv/page_pool.h"

@@ -1,6 +1,6 @@
 // `choreo generate`: a plain KV-cache run, printing only the continuation on stdout (like llama.cpp's
 // llama-simple/llama-cli -no-cnv); timings go to stderr. On a terminal the continuation is escaped
-// (runtime/common/terminal_text.h); a pipe or file gets its exact bytes.
+// (common/terminal_text.h); a pipe or file gets its exact bytes.
 
 #include <unistd.h>
 
@@ -9,8 +9,8 @@
 #include <random>
 
 #include "cli/common.h"
-#include "runtime/common/error.h"
-#include "runtime/common/terminal_text.h"
+#include "common/error.h"
+#include "common/terminal_text.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/model/sampler.h"
 #include "runtime/model/session.h"

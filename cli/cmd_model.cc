@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "cli/common.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/model/gguf.h"
 #include "runtime/model/synth.h"
 

@@ -10,8 +10,8 @@
 
 #include "cli/common.h"
 #include "dsl/workflow_parser.h"
-#include "runtime/common/atomic_file.h"
-#include "runtime/common/error.h"
+#include "common/atomic_file.h"
+#include "common/error.h"
 #include "runtime/engine/engine.h"
 #include "runtime/exec/instances.h"
 #include "runtime/exec/profile.h"

@@ -13,10 +13,10 @@
 
 #include "cli/common.h"
 #include "dsl/workflow_parser.h"
-#include "runtime/common/error.h"
-#include "runtime/common/terminal_text.h"
+#include "common/error.h"
+#include "common/terminal_text.h"
 #include "runtime/engine/engine.h"
-#include "runtime/common/atomic_file.h"
+#include "common/atomic_file.h"
 #include "runtime/exec/instances.h"
 #include "runtime/exec/interpreter.h"
 #include "runtime/exec/run_report.h"
@@ -153,7 +153,7 @@ void run_run(const RunOptions& o) {
 
   const bool colour = isatty(STDOUT_FILENO) != 0;
   auto colour_of = [&](const std::string& agent) { return colour ? agent_colour(workflow, agent) : std::string(); };
-  // Model text on a terminal is escaped (runtime/common/terminal_text.h); a pipe or file gets it exactly.
+  // Model text on a terminal is escaped (common/terminal_text.h); a pipe or file gets it exactly.
   auto shown = [&](const std::string& text) { return colour ? escape_for_terminal(text) : text; };
   std::vector<exec::InstanceOutcome> outcomes;
   if (rows.empty()) {

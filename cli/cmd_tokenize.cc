@@ -4,7 +4,7 @@
 
 #include "cli/common.h"
 #include "runtime/model/gguf.h"
-#include "runtime/common/paths.h"
+#include "common/paths.h"
 #include "runtime/model/vocab.h"
 
 namespace choreo::cli {

@@ -3,8 +3,8 @@
 #include <filesystem>
 
 #include "dsl/budget.h"
-#include "runtime/common/error.h"
-#include "runtime/common/paths.h"
+#include "common/error.h"
+#include "common/paths.h"
 
 namespace choreo::cli {
 

@@ -12,8 +12,8 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/common.h"
-#include "runtime/common/error.h"
-#include "runtime/common/input_file.h"
+#include "common/error.h"
+#include "common/input_file.h"
 
 // How long an OpenMP thread spins at the end of a parallel region before it sleeps. A decode step has ~200
 // parallel regions, so threads that sleep at once (OMP_WAIT_POLICY=passive) pay a wake-up each time: SmolLM2

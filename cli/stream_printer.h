@@ -4,7 +4,7 @@
 // far, then live) when the one before them finishes, so parallel branches never interleave on screen.
 // Text that could still turn out to be the start of a stop string, or an incomplete UTF-8 character, is held
 // back until it is decided; the engine's final text (cut at the stop string, EOG removed) is what ends up
-// printed. On a terminal the text is escaped (runtime/common/terminal_text.h): escape sequences a model
+// printed. On a terminal the text is escaped (common/terminal_text.h): escape sequences a model
 // writes are shown, not obeyed. A pipe or file gets the exact text.
 
 #include <cstdio>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/terminal_text.h"
+#include "common/terminal_text.h"
 #include "runtime/exec/interpreter.h"
 #include "runtime/model/vocab.h"
 

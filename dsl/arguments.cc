@@ -10,7 +10,7 @@
 #include "dsl/expr/evaluator.h"
 #include "dsl/expr/parser.h"
 #include "dsl/expr/source.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::dsl {
 

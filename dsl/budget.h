@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "dsl/workflow.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::dsl {
 

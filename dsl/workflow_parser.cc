@@ -14,7 +14,7 @@
 #include "dsl/workflow_check.h"
 #include "dsl/yaml_errors.h"
 #include "dsl/yaml_reader.h"
-#include "runtime/common/input_file.h"
+#include "common/input_file.h"
 
 namespace choreo::dsl {
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "runtime/common/input_file.h"
+#include "common/input_file.h"
 
 namespace choreo::dsl {
 

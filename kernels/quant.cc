@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::kernels {
 

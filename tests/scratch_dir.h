@@ -11,7 +11,7 @@
 #include <iterator>
 #include <string>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::testing {
 

@@ -7,7 +7,7 @@
 
 #include <doctest/doctest.h>
 
-#include "runtime/common/paths.h"
+#include "common/paths.h"
 
 namespace choreo::testing {
 

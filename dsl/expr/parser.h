@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "dsl/expr/ast.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::dsl::expr {
 

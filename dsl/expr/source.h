@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::dsl::expr {
 

@@ -15,7 +15,7 @@
 
 #include "dsl/budget.h"
 #include "dsl/workflow.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::dsl::plan {
 

@@ -9,7 +9,7 @@
 #include <variant>
 #include <vector>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::dsl::pml {
 

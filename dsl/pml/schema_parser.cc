@@ -8,7 +8,7 @@
 
 #include "dsl/pml/whitespace.h"
 #include "dsl/pml/xml.h"
-#include "runtime/common/input_file.h"
+#include "common/input_file.h"
 
 namespace choreo::dsl::pml {
 

@@ -7,13 +7,13 @@
 #include <string_view>
 
 #include "dsl/pml/ast.h"
-#include "runtime/common/input_file.h"
+#include "common/input_file.h"
 
 namespace choreo::dsl::pml {
 
 /// Parses schema text. `file_name` names it in errors; src="..." paths are relative to its directory
 /// (to the working directory when `file_name` is empty) and must stay inside it or inside a directory
-/// allowed with --allow-path (runtime/common/input_file.h; docs/limits.md).
+/// allowed with --allow-path (common/input_file.h; docs/limits.md).
 Schema parse_schema(std::string_view text, const std::string& file_name);
 
 /// Reads and parses a schema file (a missing, unreadable or too large file is an InputError). With `bytes`,

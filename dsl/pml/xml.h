@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "dsl/expr/source.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::dsl::pml {
 

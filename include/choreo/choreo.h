@@ -17,7 +17,7 @@
 // Errors a caller can cause (bad file, unknown parent, context overflow) throw choreo::InputError.
 
 #include "kernels/backend.h"           // Backend, make_cpu_backend
-#include "runtime/common/error.h"      // InputError, RuntimeFailure
+#include "common/error.h"      // InputError, RuntimeFailure
 #include "runtime/engine/engine.h"     // Engine, PrefillRequest, DecodeRequest, Parent, Mode
 #include "runtime/kv/message_store.h"  // MessageId, Message
 #include "runtime/kv/page_pool.h"      // PagePool

@@ -4,7 +4,7 @@
 #include <omp.h>
 
 #include "kernels/backend.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"

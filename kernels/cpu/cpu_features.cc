@@ -5,7 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::kernels::cpu {
 

@@ -5,7 +5,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/quant.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::kernels::cpu {
 

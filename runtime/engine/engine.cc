@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/engine/mode.h"
 #include "runtime/engine/stop_strings.h"
 #include "runtime/store/disk_store.h"

@@ -2,7 +2,7 @@
 
 #include <climits>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::runtime {
 

@@ -4,8 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
-#include "runtime/common/error.h"
-#include "runtime/common/input_file.h"
+#include "common/error.h"
+#include "common/input_file.h"
 #include "runtime/eval/math_answer.h"
 #include "runtime/exec/json_line.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/eval/python_text.h"
 #include "runtime/eval/regex.h"
 

@@ -3,8 +3,8 @@
 #include <filesystem>
 #include <map>
 
-#include "runtime/common/atomic_file.h"
-#include "runtime/common/error.h"
+#include "common/atomic_file.h"
+#include "common/error.h"
 
 namespace choreo::eval {
 

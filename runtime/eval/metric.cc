@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <array>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/eval/longbench_metrics.h"
 #include "runtime/eval/math_answer.h"
 #include "runtime/eval/python_text.h"

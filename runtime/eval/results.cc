@@ -8,9 +8,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include "runtime/common/atomic_file.h"
-#include "runtime/common/error.h"
-#include "runtime/common/input_file.h"
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "common/input_file.h"
 #include "runtime/exec/json_line.h"
 
 namespace choreo::eval {

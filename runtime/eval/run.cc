@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <mutex>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/eval/math_answer.h"
 #include "runtime/exec/leak_guard.h"
 #include "runtime/exec/profile.h"

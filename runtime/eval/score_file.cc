@@ -2,8 +2,8 @@
 
 #include <map>
 
-#include "runtime/common/error.h"
-#include "runtime/common/input_file.h"
+#include "common/error.h"
+#include "common/input_file.h"
 #include "runtime/exec/json_line.h"
 
 namespace choreo::eval {

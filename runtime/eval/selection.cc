@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/exec/json_line.h"
 
 namespace choreo::eval {

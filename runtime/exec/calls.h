@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/engine/engine.h"
 #include "runtime/model/llama.h"
 

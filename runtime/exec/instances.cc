@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "runtime/common/error.h"
-#include "runtime/common/input_file.h"
+#include "common/error.h"
+#include "common/input_file.h"
 #include "runtime/exec/json_line.h"
 #include "runtime/exec/leak_guard.h"
 #include "runtime/exec/scheduler.h"

@@ -17,7 +17,7 @@
 #include "dsl/plan/elaborate.h"
 #include "dsl/pml/prompt_parser.h"
 #include "dsl/pml/schema_parser.h"
-#include "runtime/common/input_file.h"
+#include "common/input_file.h"
 #include "runtime/exec/calls.h"
 #include "runtime/exec/plan_follower.h"
 #include "runtime/model/chat_template.h"

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/model/vocab.h"
 
 namespace choreo::exec {

@@ -6,7 +6,7 @@
 #include <atomic>
 #include <thread>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/exec/thread_room.h"
 
 namespace choreo::exec {

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <new>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::kv {
 

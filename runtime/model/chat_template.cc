@@ -6,7 +6,7 @@
 #include <array>
 #include <initializer_list>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::model {
 

@@ -16,7 +16,7 @@
 #include <limits>
 #include <numeric>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::gguf {
 

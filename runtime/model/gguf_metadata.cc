@@ -4,7 +4,7 @@
 
 #include <limits>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/model/gguf.h"
 
 namespace choreo::gguf {

@@ -14,8 +14,8 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "runtime/common/atomic_file.h"
-#include "runtime/common/error.h"
+#include "common/atomic_file.h"
+#include "common/error.h"
 #include "runtime/model/gguf.h"
 
 namespace choreo::gguf {

@@ -7,7 +7,7 @@
 #include <xxhash.h>
 
 #include "kernels/quant.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::model {
 

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/model/unicode.h"
 
 namespace choreo::model {

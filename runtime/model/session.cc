@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::model {
 

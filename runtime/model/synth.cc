@@ -13,7 +13,7 @@
 #include <span>
 
 #include "kernels/quant.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/model/gguf.h"
 
 namespace choreo::model {

@@ -7,7 +7,7 @@
 #include <limits>
 #include <optional>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/model/pretokenizer.h"
 #include "runtime/model/token_table.h"
 #include "runtime/model/unicode.h"

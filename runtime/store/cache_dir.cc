@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "runtime/common/paths.h"
+#include "common/paths.h"
 
 namespace choreo::store {
 

@@ -16,8 +16,8 @@
 #include <optional>
 #include <thread>
 
-#include "runtime/common/atomic_file.h"
-#include "runtime/common/error.h"
+#include "common/atomic_file.h"
+#include "common/error.h"
 
 namespace choreo::store {
 

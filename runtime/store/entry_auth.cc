@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::store {
 

@@ -8,8 +8,8 @@
 #include <cerrno>
 #include <filesystem>
 
-#include "runtime/common/atomic_file.h"
-#include "runtime/common/error.h"
+#include "common/atomic_file.h"
+#include "common/error.h"
 #include "runtime/store/disk_store.h"
 
 namespace choreo::store {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "tests/scratch_dir.h"
 #include "tests/cli_process.h"
 #include "tests/test_models.h"

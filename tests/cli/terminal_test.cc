@@ -1,4 +1,4 @@
-// Model text on a terminal (runtime/common/terminal_text.h). A model can write ESC ] 52 (set the clipboard),
+// Model text on a terminal (common/terminal_text.h). A model can write ESC ] 52 (set the clipboard),
 // ESC [ 2J, CSI as U+009B, BEL, DEL or CR, and a terminal would obey them: `choreo generate` and `choreo run`
 // escape them when stdout is a terminal and pass the exact bytes to a pipe or file. The end-to-end cases run
 // the real binary on a pseudo-terminal with a model built here whose greedy continuation is exactly such a
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/terminal_text.h"
+#include "common/terminal_text.h"
 #include "runtime/model/gguf.h"
 #include "runtime/model/synth.h"
 #include "runtime/model/vocab.h"

@@ -1,4 +1,4 @@
-// Output files (runtime/common/atomic_file, and the GGUF writer that shares its rule): a write replaces a
+// Output files (common/atomic_file, and the GGUF writer that shares its rule): a write replaces a
 // regular file through a rename, follows a symlink to replace its target, writes a FIFO or character device
 // in place, and refuses anything else. Before this, `-o /dev/null` as root renamed a file over the device.
 // Everything here happens in a scratch directory; nothing touches /dev.
@@ -12,8 +12,8 @@
 #include <fstream>
 #include <string>
 
-#include "runtime/common/atomic_file.h"
-#include "runtime/common/error.h"
+#include "common/atomic_file.h"
+#include "common/error.h"
 #include "runtime/eval/merge.h"
 #include "runtime/eval/results.h"
 #include "runtime/model/gguf.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "tests/cli_process.h"
 #include "tests/scratch_dir.h"
 #include "tests/test_paths.h"

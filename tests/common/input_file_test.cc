@@ -1,8 +1,8 @@
-// Reading input files within bounds (runtime/common/input_file): sizes checked before reading, directories
+// Reading input files within bounds (common/input_file): sizes checked before reading, directories
 // named as such, paths named inside files confined to the naming file's directory, JSON lines streamed with a
 // bound per line.
 
-#include "runtime/common/input_file.h"
+#include "common/input_file.h"
 
 #include <doctest/doctest.h>
 #include <sys/stat.h>
@@ -15,7 +15,7 @@
 
 #include "dsl/pml/schema_parser.h"
 #include "dsl/workflow_parser.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "tests/scratch_dir.h"
 
 namespace choreo {

@@ -20,7 +20,7 @@
 #include "dsl/plan/dot.h"
 #include "dsl/plan/step_graph.h"
 #include "dsl/workflow_parser.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::dsl::plan {
 namespace {

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "dsl/yaml_errors.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::dsl {
 namespace {

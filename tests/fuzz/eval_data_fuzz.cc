@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/eval/dataset.h"
 #include "runtime/eval/results.h"
 #include "tests/fuzz/fuzz_common.h"

@@ -15,7 +15,7 @@
 #include <string_view>
 
 #include "kernels/backend.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/engine/engine.h"
 #include "runtime/exec/calls.h"
 #include "runtime/model/llama.h"

@@ -11,7 +11,7 @@
 #include "dsl/expr/evaluator.h"
 #include "dsl/expr/parser.h"
 #include "dsl/expr/template.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "tests/fuzz/fuzz_common.h"
 
 namespace {

@@ -10,7 +10,7 @@
 #include <span>
 #include <string>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/model/gguf.h"
 #include "runtime/model/synth.h"
 

@@ -14,7 +14,7 @@
 
 #include "dsl/pml/prompt_parser.h"
 #include "dsl/pml/schema_parser.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "tests/fuzz/fuzz_common.h"
 
 namespace {

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/model/gguf.h"
 #include "runtime/model/unicode.h"
 #include "runtime/model/vocab.h"

@@ -15,7 +15,7 @@
 
 #include "dsl/plan/plan.h"
 #include "dsl/workflow_parser.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "tests/fuzz/fuzz_common.h"
 
 namespace {

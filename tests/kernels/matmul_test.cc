@@ -24,7 +24,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/quant.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo::kernels::cpu {
 namespace {

@@ -13,7 +13,7 @@
 #include <random>
 #include <vector>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/model/gguf.h"
 #include "tests/test_paths.h"
 

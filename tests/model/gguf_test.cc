@@ -16,7 +16,7 @@
 #include <type_traits>
 
 #include "kernels/backend.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/model/llama.h"
 #include "tests/test_paths.h"
 

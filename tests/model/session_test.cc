@@ -8,7 +8,7 @@
 
 #include "kernels/backend.h"
 #include "runtime/kv/page_pool.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/sampler.h"
 #include "runtime/model/session.h"

@@ -14,7 +14,7 @@
 #include <set>
 
 #include "kernels/quant.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/model/gguf.h"
 
 using choreo::InputError;

@@ -17,7 +17,7 @@
 #include <random>
 #include <set>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/model/gguf.h"
 #include "tests/reference/reference.h"
 #include "tests/test_paths.h"

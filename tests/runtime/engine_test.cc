@@ -12,7 +12,7 @@
 #include <doctest/doctest.h>
 
 #include "kernels/backend.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/engine/engine.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/model/gguf.h"

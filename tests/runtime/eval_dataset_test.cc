@@ -8,7 +8,7 @@
 #include <fstream>
 #include <set>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/eval/dataset.h"
 #include "runtime/eval/math_answer.h"
 #include "runtime/eval/selection.h"

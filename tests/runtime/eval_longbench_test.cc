@@ -3,7 +3,7 @@
 
 #include <doctest/doctest.h>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/eval/longbench_metrics.h"
 #include "runtime/eval/metric.h"
 #include "runtime/eval/python_text.h"

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/eval/merge.h"
 #include "runtime/eval/results.h"
 #include "runtime/eval/score_file.h"

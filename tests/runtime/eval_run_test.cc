@@ -15,7 +15,7 @@
 
 #include "dsl/workflow_parser.h"
 #include "kernels/backend.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/eval/merge.h"
 #include "runtime/eval/progress.h"
 #include "runtime/eval/run.h"

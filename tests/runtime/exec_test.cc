@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "kernels/backend.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/engine/engine.h"
 #include "runtime/exec/calls.h"
 #include "runtime/kv/page_pool.h"

@@ -13,7 +13,7 @@
 
 #include "dsl/workflow_parser.h"
 #include "kernels/backend.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/exec/leak_guard.h"
 #include "runtime/exec/scheduler.h"
 #include "runtime/kv/page_pool.h"

@@ -14,7 +14,7 @@
 #include "dsl/pml/schema_parser.h"
 #include "dsl/workflow_parser.h"
 #include "kernels/backend.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/exec/interpreter.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/model/llama.h"

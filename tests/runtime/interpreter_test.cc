@@ -13,7 +13,7 @@
 
 #include "dsl/workflow_parser.h"
 #include "kernels/backend.h"
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/engine/engine.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/model/chat_template.h"

@@ -18,7 +18,7 @@
 #include <sstream>
 #include <thread>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/engine/engine.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/store/disk_store.h"

@@ -13,7 +13,7 @@
 #include <future>
 #include <random>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 #include "runtime/engine/engine.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/store/disk_store.h"

@@ -1,4 +1,4 @@
-#include "runtime/common/input_file.h"
+#include "common/input_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo {
 

@@ -1,4 +1,4 @@
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "runtime/common/atomic_file.h"
+#include "common/atomic_file.h"
 
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "runtime/common/error.h"
+#include "common/error.h"
 
 namespace choreo {
 

@@ -1,4 +1,4 @@
-#include "runtime/common/terminal_text.h"
+#include "common/terminal_text.h"
 
 #include <fmt/format.h>
 

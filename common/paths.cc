@@ -1,4 +1,4 @@
-#include "runtime/common/paths.h"
+#include "common/paths.h"
 
 #include <cstdlib>
 
