@@ -17,6 +17,7 @@
 #include "dsl/plan/dot.h"
 #include "dsl/plan/plan.h"
 #include "dsl/plan/step_graph.h"
+#include "dsl/plan/steps_to_execution.h"
 #include "dsl/workflow_parser.h"
 #include "common/error.h"
 
@@ -31,6 +32,7 @@ struct CheckOptions {
   std::vector<std::string> inputs, params;
   std::string dot;  // "", "agents" or "calls"
   bool no_leak = false;
+  bool steps = false;
   int64_t max_steps = dsl::kDefaultMaxSteps;
 };
 
@@ -70,6 +72,32 @@ void print_summary(const Plan& plan, const dsl::plan::StepGraph& graph) {
                              e.selection ? ", selection" : "",
                              e.conditional && !e.selection ? ", conditional" : "");
   for (const std::string& note : plan.notes) std::cout << "note: " << note << "\n";
+}
+
+std::string steps_text(const std::optional<size_t>& steps) { return steps ? std::to_string(*steps) : "-"; }
+
+/// `--steps`: every agent's steps-to-execution before the first step and after each step completes (the run
+/// taking every conditional step), and each message's at the start.
+void print_steps(const Plan& plan) {
+  dsl::plan::StepClock clock(plan);
+  std::cout << "steps to execution (KVFlow: a step is a plan batch; the minimum over steps the run may "
+               "skip, the maximum over a join's parents; - = never again):\n";
+  auto line = [&](const std::string& when) {
+    std::vector<std::string> parts;
+    for (const std::string& agent : clock.agents())
+      parts.push_back(fmt::format("{} {}", agent, steps_text(clock.for_agent(agent))));
+    std::cout << fmt::format("  {:<14} {}\n", when + ":", fmt::join(parts, ", "));
+  };
+  line("start");
+  for (size_t b = 0; b < plan.batches.size(); ++b) {
+    clock.complete(b);
+    line(fmt::format("after step {}", b));
+  }
+  dsl::plan::StepClock start(plan);
+  std::vector<std::string> parts;
+  for (size_t n = 0; n < plan.nodes.size(); ++n)
+    parts.push_back(fmt::format("{} {}", plan.nodes[n].name, steps_text(start.for_message(n))));
+  std::cout << fmt::format("messages, steps until next read at the start: {}\n", fmt::join(parts, ", "));
 }
 
 /// True when the leak happens only if the run makes certain choices (a call it may skip, a selection).
@@ -193,6 +221,7 @@ void run_check(const CheckOptions& o) {
     return;
   }
   print_summary(plan, graph);
+  if (o.steps) print_steps(plan);
   const size_t findings = o.no_leak ? print_no_leak(plan) : print_flow(plan);
   std::cout << std::flush;
   if (findings > 0) std::exit(1);  // a finding, not an error: the report above says what and where
@@ -215,6 +244,9 @@ void register_check(CLI::App& app) {
   cmd->add_flag("--no-leak", o->no_leak,
                 "show what `run --no-leak` re-encodes fresh instead of the leaks (exit 1 only for visibility "
                 "violations)");
+  cmd->add_flag("--steps", o->steps,
+                "also print every agent's steps-to-execution (KVFlow) at the start and after each step, and "
+                "each message's at the start");
   add_max_steps_option(*cmd, o->max_steps);
   cmd->callback([o] { run_check(*o); });
 }

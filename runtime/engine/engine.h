@@ -12,6 +12,7 @@
 
 #include "runtime/engine/placement.h"
 #include "runtime/engine/requests.h"
+#include "runtime/engine/step_oracle.h"
 #include "runtime/kv/message_store.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/sampler.h"
@@ -82,8 +83,12 @@ class Engine {
   void set_repositioning(Repositioning r) { repositioning_ = r; }
   /// Position of the first parent token: 1 after the implicit BOS, 0 for models without BOS.
   int first_pos() const { return bos_ == kv::kNoMessage ? 0 : 1; }
+  /// How soon each cached message is read next, as the workflow instances running here see it (KVFlow;
+  /// the KV tiers' eviction and prefetch read it). Instances register and remove themselves.
+  StepOracleRegistry& step_oracles() { return step_oracles_; }
 
  private:
+  StepOracleRegistry step_oracles_;
   struct Work;
   void encode(std::span<Work*> work);
   // Samples and feeds one token per unfinished call per step until every call is finished.

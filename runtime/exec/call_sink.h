@@ -17,6 +17,8 @@ class CallSink {
   virtual std::vector<runtime::DecodeResult> decode_batch(std::vector<runtime::DecodeRequest> requests) = 0;
   /// The engine the calls end up on; read it only from the thread that owns it (see scheduler.h).
   virtual const model::Model& model() const = 0;
+  /// Where the instance registers its steps-to-execution oracle (the engine's registry).
+  virtual runtime::StepOracleRegistry& step_oracles() = 0;
 };
 
 /// Sends each batch straight to one engine, on the calling thread.
@@ -30,6 +32,7 @@ class DirectSink final : public CallSink {
     return engine_.decode_batch(requests);
   }
   const model::Model& model() const override { return engine_.model(); }
+  runtime::StepOracleRegistry& step_oracles() override { return engine_.step_oracles(); }
 
  private:
   runtime::Engine& engine_;

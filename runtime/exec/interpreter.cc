@@ -11,10 +11,12 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <unordered_map>
 
 #include "dsl/expr/value.h"
 #include "dsl/plan/elaborate.h"
+#include "dsl/plan/steps_to_execution.h"
 #include "dsl/pml/prompt_parser.h"
 #include "dsl/pml/schema_parser.h"
 #include "common/input_file.h"
@@ -79,6 +81,52 @@ struct Branch {
   std::vector<std::string> stop;
 };
 
+/// A run's steps-to-execution, as the engine asks for them (runtime/engine/step_oracle.h): its plan's step
+/// clock, and which plan node each of its messages is. Queried from the engine's thread, advanced from the
+/// run's.
+class RunSteps final : public runtime::StepOracle {
+ public:
+  RunSteps(const dsl::plan::Plan& plan, const PlanFollower& follower) : clock_(plan), follower_(follower) {}
+
+  std::optional<size_t> steps_to_execution(kv::MessageId message) const override {
+    std::lock_guard lock(mutex_);
+    const size_t node = follower_.node_of(message);
+    return node == SIZE_MAX ? std::nullopt : clock_.for_message(node);
+  }
+
+  /// Completes `step` and returns every agent's new value.
+  StepSample complete(std::optional<size_t> step) {
+    std::lock_guard lock(mutex_);
+    if (step) clock_.complete(*step);
+    StepSample sample;
+    sample.ms = clock_ms();
+    sample.completed = step;
+    for (const std::string& agent : clock_.agents()) sample.agents.emplace_back(agent, clock_.for_agent(agent));
+    return sample;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  dsl::plan::StepClock clock_;
+  const PlanFollower& follower_;
+};
+
+/// Registers a run's oracle with the engine for as long as the run lasts.
+class Registration {
+ public:
+  Registration(runtime::StepOracleRegistry& registry, const runtime::StepOracle& oracle)
+      : registry_(registry), oracle_(oracle) {
+    registry_.add(&oracle_);
+  }
+  ~Registration() { registry_.remove(&oracle_); }
+  Registration(const Registration&) = delete;
+  Registration& operator=(const Registration&) = delete;
+
+ private:
+  runtime::StepOracleRegistry& registry_;
+  const runtime::StepOracle& oracle_;
+};
+
 class Interpreter : public dsl::plan::Executor {
  public:
   Interpreter(const dsl::Workflow& workflow, CallSink& engine, const RunHooks& hooks)
@@ -94,6 +142,9 @@ class Interpreter : public dsl::plan::Executor {
       plan_ = dsl::plan::compile(workflow_, arguments);
       follower_.emplace(plan_);
       check_supported();
+      steps_.emplace(plan_, *follower_);
+      Registration registration(engine_.step_oracles(), *steps_);
+      result_.steps.push_back(steps_->complete(std::nullopt));
       if (hooks_.on_plan) hooks_.on_plan(plan_);
       dsl::plan::Elaboration e =
           dsl::plan::elaborate(workflow_, arguments, *this, dsl::plan::Knowledge::Complete);
@@ -136,6 +187,7 @@ class Interpreter : public dsl::plan::Executor {
       message_ids(values[i], created);
       for (size_t k = first; k < created.size(); ++k) follower_->created(created[k], nodes[i]);
     }
+    result_.steps.push_back(steps_->complete(step));
     if (hooks_.on_plan_batch) hooks_.on_plan_batch(step, created);
     return values;
   }
@@ -485,6 +537,7 @@ class Interpreter : public dsl::plan::Executor {
   model::ChatFormat format_;
   dsl::plan::Plan plan_;
   std::optional<PlanFollower> follower_;
+  std::optional<RunSteps> steps_;
   std::unordered_map<kv::MessageId, MessageInfo> info_;
   struct Pinned {
     int offset = 0;

@@ -50,11 +50,20 @@ struct BatchRecord {
   int size = 0;
 };
 
+/// Every agent's steps-to-execution (dsl/plan/steps_to_execution.h) at one moment of a run: before its first
+/// step, and after each plan step completes. `--trace` draws them as one counter track per agent.
+struct StepSample {
+  double ms = 0;                    ///< when, on the steady clock (exec::clock_ms())
+  std::optional<size_t> completed;  ///< the plan step that just completed (none: before the first)
+  std::vector<std::pair<std::string, std::optional<size_t>>> agents;  ///< nullopt: never runs again
+};
+
 /// What a run produced: every message in creation order, the engine batches, and the rendered output.
 struct RunResult {
   std::vector<MessageRecord> messages;
   std::vector<BatchRecord> batches;
   std::string output;
+  std::vector<StepSample> steps;
 };
 
 /// A decode about to run, as streaming hooks see it.

@@ -38,8 +38,10 @@ nlohmann::ordered_json run_json(const RunResult& r) {
 
 nlohmann::ordered_json trace_json(const std::vector<TracedRun>& runs) {
   double origin = std::numeric_limits<double>::infinity();
-  for (const TracedRun& run : runs)
+  for (const TracedRun& run : runs) {
     for (const MessageRecord& m : run.result->messages) origin = std::min(origin, m.start_ms);
+    for (const StepSample& s : run.result->steps) origin = std::min(origin, s.ms);
+  }
   auto micros = [&](double ms) { return (ms - origin) * 1000.0; };
 
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
@@ -69,6 +71,15 @@ nlohmann::ordered_json trace_json(const std::vector<TracedRun>& runs) {
         events.push_back({{"name", "first token"}, {"cat", "ttft"}, {"ph", "X"}, {"ts", micros(m.start_ms)},
                           {"dur", m.ttft_ms * 1000.0}, {"pid", pid}, {"tid", it->second}});
     }
+    // Steps-to-execution: one counter track per agent, a value after each plan step (-1: never again).
+    for (const StepSample& s : result.steps)
+      for (const auto& [agent, steps] : s.agents)
+        events.push_back({{"name", "steps to " + agent},
+                          {"cat", "steps"},
+                          {"ph", "C"},
+                          {"ts", micros(s.ms)},
+                          {"pid", pid},
+                          {"args", {{"steps", steps ? int64_t(*steps) : int64_t(-1)}}}});
   }
   return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
 }

@@ -22,8 +22,9 @@ struct TracedRun {
 
 /// A Chrome trace-event document: one process per instance, one thread track per agent (calls without an
 /// agent on a track of their own), one complete event per message from submission to finish, with a nested
-/// "first token" event for decodes, and the token counts as arguments. Times are relative to the earliest
-/// submission.
+/// "first token" event for decodes, and the token counts as arguments; plus one counter track per agent,
+/// "steps to AGENT", with its steps-to-execution after each plan step (-1: it never runs again). Times are
+/// relative to the earliest submission.
 nlohmann::ordered_json trace_json(const std::vector<TracedRun>& runs);
 
 }  // namespace choreo::exec
