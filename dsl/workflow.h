@@ -83,6 +83,7 @@ struct Agent {
   Text name;
   std::optional<Text> description;
   std::optional<Text> color;
+  bool private_default = false;  ///< `private: true`: the agent's calls make messages private to it
   SourceLocation where;
 };
 

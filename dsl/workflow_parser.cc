@@ -234,9 +234,10 @@ class Parser : private YamlReader {
       a.where = e.key.where;
       check_identifier(a.name, "an agent");
       if (!e.value.IsNull()) {
-        Entries spec = read_map(e.value, e.key.value, {"description", "color"}, "an agent");
+        Entries spec = read_map(e.value, e.key.value, {"description", "color", "private"}, "an agent");
         if (auto* d = spec.find("description")) a.description = read_text(*d);
         if (auto* c = spec.find("color")) a.color = read_color(*c);
+        if (auto* p = spec.find("private")) a.private_default = read_bool(*p);
       }
       out.push_back(std::move(a));
     }

@@ -522,6 +522,10 @@ class Elaborator {
     if (call.private_to) {
       n.private_to = agent(*call.private_to, scope, n.name);
       if (n.agent.empty()) n.agent = n.private_to;
+    } else if (!n.agent.empty()) {
+      // An agent declared `private: true` keeps what its calls make to itself.
+      for (const Agent& a : w_.agents)
+        if (a.private_default && a.name.value == n.agent) n.private_to = n.agent;
     }
     if (call.message)
       for (const Message& m : w_.messages)

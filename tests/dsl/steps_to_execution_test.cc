@@ -158,3 +158,53 @@ TEST_CASE("steps to execution, by hand: steps the run may skip count as skipped 
 
 }  // namespace
 }  // namespace choreo
+
+namespace choreo {
+namespace {
+
+TEST_CASE("agents: `private: true` makes an agent's calls private to it; did-you-mean for a misspelt agent") {
+  const std::string yaml = R"yaml(name: a
+agents:
+  alice: {description: "keeps her notes", private: true}
+  bob: {private: false}
+messages:
+  m: {text: "Once upon a time"}
+steps:
+  - decode: {as: x, agent: alice, parents: [m], header: " a"}
+  - decode: {as: y, agent: bob, parents: [m], header: " b"}
+  - decode: {as: z, agent: bob, private: bob, parents: [m], header: " c"}
+  - decode: {as: w, parents: [m], header: " d"}
+)yaml";
+  const dsl::plan::Plan plan = dsl::plan::compile(dsl::parse_workflow(yaml, "a.yaml"), {});
+  std::map<std::string, std::string> owner;
+  for (const dsl::plan::Node& n : plan.nodes) owner[n.name] = n.private_to;
+  CHECK(owner["x"] == "alice");
+  CHECK(owner["y"] == "");
+  CHECK(owner["z"] == "bob");
+  CHECK(owner["w"] == "");
+  // The run makes the same message private (the plan follower would stop it otherwise).
+  const model::Model& m = *testing::stories260k().model;
+  kv::PagePool pool(m.kv_layout(16), size_t(64) << 20);
+  runtime::Engine engine(m, pool);
+  const exec::RunResult r = exec::run_workflow(dsl::parse_workflow(yaml, "a.yaml"), engine, {});
+  for (const exec::MessageRecord& rec : r.messages)
+    if (rec.name == "x") CHECK(rec.is_private);
+
+  std::string misspelt = yaml;
+  misspelt.replace(misspelt.find("agent: bob, parents"), 10, "agent: bbo");
+  try {
+    dsl::parse_workflow(misspelt, "a.yaml");
+    FAIL("a misspelt agent was accepted");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("unknown agent `bbo`") != std::string::npos);
+    CHECK(e.render().find("did you mean `bob`") != std::string::npos);
+  }
+  CHECK_THROWS_AS(dsl::parse_workflow(R"yaml(name: a
+agents:
+  alice: {private: maybe}
+steps: []
+)yaml", "a.yaml"), InputError);
+}
+
+}  // namespace
+}  // namespace choreo
