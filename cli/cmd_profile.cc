@@ -9,9 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
-#include "dsl/workflow_parser.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/statistics.h"
+#include "dsl/workflow_parser.h"
 #include "runtime/engine/engine.h"
 #include "runtime/exec/instances.h"
 #include "runtime/exec/profile.h"
@@ -146,8 +147,8 @@ void run_profile(const ProfileOptions& o) {
                    {"choreo_output", p.choreo.output}});
   }
 
-  const exec::RatioEstimate ttft = exec::bootstrap_ratio(b_ttft, c_ttft);
-  const exec::RatioEstimate e2e = exec::bootstrap_ratio(b_e2e, c_e2e);
+  const stats::RatioEstimate ttft = stats::bootstrap_ratio(b_ttft, c_ttft);
+  const stats::RatioEstimate e2e = stats::bootstrap_ratio(b_e2e, c_e2e);
   const size_t n = rows.size();
   auto mean = [](const std::vector<double>& v) {
     double s = 0;

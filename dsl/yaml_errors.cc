@@ -92,41 +92,6 @@ InputError SourceFile::error(const SourceLocation& where, std::string message, s
   return InputError(std::move(message), std::move(hint), where, line_text(where.line));
 }
 
-size_t edit_distance(std::string_view a, std::string_view b) {
-  // Optimal string alignment: insertions, deletions, substitutions and adjacent swaps ("strat" → "start")
-  // each cost one.
-  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
-  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-      }
-    }
-  }
-  return d[a.size()][b.size()];
-}
-
-std::string did_you_mean(std::string_view word, std::span<const std::string> candidates) {
-  // Allow about one typo per three letters, at least one: `tempreature` → temperature, not `x` → y.
-  if (word.size() > 64) return {};
-  size_t limit = std::max<size_t>(1, word.size() / 3);
-  const std::string* best = nullptr;
-  size_t best_distance = limit + 1;
-  for (const auto& c : candidates) {
-    if (c.size() > word.size() + limit || word.size() > c.size() + limit) continue;
-    size_t d = edit_distance(word, c);
-    if (d < best_distance) {
-      best_distance = d;
-      best = &c;
-    }
-  }
-  return best ? fmt::format("did you mean `{}`?", *best) : std::string();
-}
-
 void precheck_yaml_text(const SourceFile& file) {
   const std::string& s = file.text();
   // A workflow is a page or two; the limit (4 MiB unless --max-input-mib says otherwise) is hostile, not long.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/suggest.h"
 
 namespace choreo::dsl {
 
@@ -36,12 +37,6 @@ class SourceFile {
   std::string text_, name_;
   std::vector<size_t> line_starts_;
 };
-
-/// Levenshtein distance between two short words.
-size_t edit_distance(std::string_view a, std::string_view b);
-
-/// "did you mean `x`?" for the closest candidate within a small distance, or "" when none is close.
-std::string did_you_mean(std::string_view word, std::span<const std::string> candidates);
 
 /// Rejects input yaml-cpp should not see: empty, too large, not UTF-8, NUL bytes, or nested too deeply.
 void precheck_yaml_text(const SourceFile& file);

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "dsl/expr/regex.h"
+#include "common/regex.h"
 
 namespace choreo::dsl::expr {
 
@@ -57,7 +57,7 @@ Value Context::make_list(size_t offset, List items) {
 const Regex& Context::regex(size_t offset, const std::string& pattern) {
   auto it = regexes_.find(pattern);
   if (it == regexes_.end()) {
-    auto compiled = std::make_unique<Regex>(pattern, limits_.regex_match_limit);
+    auto compiled = std::make_unique<Regex>(pattern, Regex::Options{.match_limit = limits_.regex_match_limit});
     if (!compiled->ok())
       throw error(offset, fmt::format("bad regex: {} (at pattern offset {})", compiled->compile_error(),
                                       compiled->compile_error_offset()),

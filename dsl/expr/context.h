@@ -9,9 +9,11 @@
 #include "dsl/expr/evaluator.h"
 #include "dsl/expr/source.h"
 
-namespace choreo::dsl::expr {
+namespace choreo {
+class Regex;  // common/regex.h
+}  // namespace choreo
 
-class Regex;
+namespace choreo::dsl::expr {
 
 /// Budget accounting and error construction for one evaluate() call.
 class Context {

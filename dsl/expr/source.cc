@@ -71,45 +71,4 @@ InputError SourceText::error_at(size_t offset, std::string message, std::string 
   return InputError(std::move(message), std::move(hint), location_at(offset), quoted_line_at(offset));
 }
 
-/// Edits (insert, delete, substitute, swap two neighbours) turning `a` into `b`: typos like 'modle' are 1 away.
-static size_t edit_distance(std::string_view a, std::string_view b) {
-  const size_t width = b.size() + 1;
-  std::vector<size_t> d((a.size() + 1) * width);
-  for (size_t i = 0; i <= a.size(); ++i) d[i * width] = i;
-  for (size_t j = 0; j <= b.size(); ++j) d[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t best = std::min({d[(i - 1) * width + j] + 1, d[i * width + j - 1] + 1,
-                              d[(i - 1) * width + j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-        best = std::min(best, d[(i - 2) * width + j - 2] + 1);
-      d[i * width + j] = best;
-    }
-  }
-  return d[a.size() * width + b.size()];
-}
-
-std::string closest_name(std::string_view name, std::span<const std::string> candidates) {
-  if (name.size() > 64) return {};
-  // A typo is at most a third of the word (at least 1, at most 3 edits) away.
-  const size_t allowed = std::clamp<size_t>(name.size() / 3, 1, 3);
-  std::string best;
-  size_t best_distance = allowed + 1;
-  for (const std::string& candidate : candidates) {
-    if (candidate == name || candidate.size() > name.size() + allowed || name.size() > candidate.size() + allowed) continue;
-    size_t d = edit_distance(name, candidate);
-    if (d < best_distance) {
-      best_distance = d;
-      best = candidate;
-    }
-  }
-  return best;
-}
-
-std::string with_suggestion(std::string base, std::string_view name, std::span<const std::string> candidates) {
-  std::string best = closest_name(name, candidates);
-  if (!best.empty()) base += fmt::format(" — did you mean '{}'?", best);
-  return base;
-}
-
 }  // namespace choreo::dsl::expr

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/suggest.h"
 
 namespace choreo::dsl::expr {
 
@@ -44,10 +45,8 @@ struct SourceText {
 /// Shared ownership: an Expr and the errors raised while evaluating it point into the same text.
 using SourcePtr = std::shared_ptr<const SourceText>;
 
-/// The candidate closest to `name` by edit distance when it is close enough to be a likely typo, else "".
-std::string closest_name(std::string_view name, std::span<const std::string> candidates);
-
-/// `base` plus " — did you mean 'x'?" when a close candidate exists.
-std::string with_suggestion(std::string base, std::string_view name, std::span<const std::string> candidates);
+// The one "did you mean" of common/suggest.h, under the names expression code has always used.
+using choreo::closest_name;
+using choreo::with_suggestion;
 
 }  // namespace choreo::dsl::expr

@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/regex.h"
 #include "dsl/expr/arguments.h"
-#include "dsl/expr/regex.h"
 
 namespace choreo::dsl::expr {
 

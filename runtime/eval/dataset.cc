@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/input_file.h"
+#include "common/suggest.h"
 #include "runtime/eval/math_answer.h"
 #include "runtime/exec/json_line.h"
 
@@ -256,7 +257,7 @@ std::string_view format_name(DataFormat format) { return kFormatNames[static_cas
 DataFormat parse_format(std::string_view name) {
   for (size_t i = 0; i < kFormatNames.size(); ++i)
     if (kFormatNames[i] == name) return static_cast<DataFormat>(i);
-  throw InputError(fmt::format("unknown data format '{}'{}", name, exec::did_you_mean(name, kFormatNames)),
+  throw InputError(with_suggestion(fmt::format("unknown data format '{}'", name), name, kFormatNames),
                    fmt::format("the formats are {}", fmt::join(kFormatNames, ", ")));
 }
 

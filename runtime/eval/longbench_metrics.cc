@@ -4,8 +4,8 @@
 #include <map>
 
 #include "common/error.h"
+#include "common/regex.h"
 #include "runtime/eval/python_text.h"
-#include "runtime/eval/regex.h"
 
 namespace choreo::eval {
 

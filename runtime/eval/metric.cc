@@ -4,11 +4,11 @@
 #include <array>
 
 #include "common/error.h"
+#include "common/suggest.h"
 #include "runtime/eval/longbench_metrics.h"
 #include "runtime/eval/math_answer.h"
 #include "runtime/eval/python_text.h"
 #include "runtime/eval/rouge.h"
-#include "runtime/exec/json_line.h"
 
 namespace choreo::eval {
 
@@ -53,7 +53,7 @@ std::span<const std::string_view> metric_names() { return kNames; }
 Metric parse_metric(std::string_view name) {
   for (size_t i = 0; i < kNames.size(); ++i)
     if (kNames[i] == name) return static_cast<Metric>(i);
-  throw InputError(fmt::format("unknown metric '{}'{}", name, exec::did_you_mean(name, kNames)),
+  throw InputError(with_suggestion(fmt::format("unknown metric '{}'", name), name, kNames),
                    fmt::format("the metrics are {}", fmt::join(kNames, ", ")));
 }
 

@@ -4,7 +4,7 @@
 #include <charconv>
 
 #include "common/error.h"
-#include "runtime/exec/json_line.h"
+#include "common/suggest.h"
 
 namespace choreo::eval {
 
@@ -63,8 +63,8 @@ std::map<std::string, std::string> InputMap::apply(const Row& row,
   for (const auto& [input, field] : input_to_field_) {
     if (std::find(declared_inputs.begin(), declared_inputs.end(), input) != declared_inputs.end()) continue;
     std::vector<std::string_view> names(declared_inputs.begin(), declared_inputs.end());
-    throw InputError(fmt::format("--map {}={}: the workflow has no input '{}'{}", input, field, input,
-                                 exec::did_you_mean(input, names)),
+    throw InputError(with_suggestion(fmt::format("--map {}={}: the workflow has no input '{}'", input, field, input), input,
+                                     names),
                      fmt::format("its inputs are {}", fmt::join(declared_inputs, ", ")));
   }
   std::map<std::string, std::string> out;
@@ -79,8 +79,8 @@ std::map<std::string, std::string> InputMap::apply(const Row& row,
     std::vector<std::string_view> names;
     for (const auto& [name, value] : row.fields) names.push_back(name);
     throw InputError(
-        fmt::format("row '{}' has no field '{}' for the workflow input '{}'{}", row.id, field, input,
-                    exec::did_you_mean(field, names)),
+        with_suggestion(fmt::format("row '{}' has no field '{}' for the workflow input '{}'", row.id, field, input),
+                        field, names),
         fmt::format("the row's fields are {}; map one with --map {}=FIELD", fmt::join(names, ", "), input),
         SourceLocation{data_path, row.line, 0});
   }

@@ -36,7 +36,7 @@ ModeSummary summarize_mode(const std::string& mode, const RowsById& rows) {
       out.by_level[row->level].sum += row->score;
     }
   }
-  out.score = bootstrap_mean(scores);
+  out.score = stats::bootstrap_mean(scores);
   out.ttft_ms = mean_or_zero(ttft, rows.size());
   out.e2e_ms = mean_or_zero(e2e, rows.size());
   return out;
@@ -68,8 +68,8 @@ Comparison compare(const std::string& baseline, const RowsById& base_rows, const
     base_e2e += row->e2e_ms, treated_e2e += other->second->e2e_ms;
   }
   out.n_pairs = before.size();
-  out.difference = paired_difference(before, after);
-  if (all_binary(base_rows) && all_binary(treated_rows)) out.mcnemar = mcnemar(before, after);
+  out.difference = stats::paired_difference(before, after);
+  if (all_binary(base_rows) && all_binary(treated_rows)) out.mcnemar = stats::mcnemar(before, after);
   out.ttft_ratio = ratio(base_ttft, treated_ttft);
   out.e2e_ratio = ratio(base_e2e, treated_e2e);
   return out;
@@ -77,11 +77,11 @@ Comparison compare(const std::string& baseline, const RowsById& base_rows, const
 
 std::string percent(double fraction) { return fmt::format("{:.2f}", 100.0 * fraction); }
 
-std::string interval(const Estimate& e) {
+std::string interval(const stats::Estimate& e) {
   return fmt::format("{} [{}, {}]", percent(e.mean), percent(e.low), percent(e.high));
 }
 
-nlohmann::ordered_json estimate_json(const Estimate& e) {
+nlohmann::ordered_json estimate_json(const stats::Estimate& e) {
   return {{"n", e.n}, {"mean", 100.0 * e.mean}, {"ci95_low", 100.0 * e.low}, {"ci95_high", 100.0 * e.high}};
 }
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "runtime/eval/results.h"
-#include "runtime/eval/statistics.h"
+#include "common/statistics.h"
 
 namespace choreo::eval {
 
@@ -23,7 +23,7 @@ struct GroupAccuracy {
 /// One mode's results.
 struct ModeSummary {
   std::string mode;
-  Estimate score;                                                        // over rows in id order, in [0, 1]
+  stats::Estimate score;                                                        // over rows in id order, in [0, 1]
   double ttft_ms = 0, e2e_ms = 0;                                        // means
   int64_t tokens_generated = 0, tokens_computed = 0, tokens_reused = 0;  // totals
   std::map<std::string, GroupAccuracy> by_subject, by_level;
@@ -33,8 +33,8 @@ struct ModeSummary {
 struct Comparison {
   std::string baseline, treatment;
   size_t n_pairs = 0;
-  Estimate difference;                          // treatment - baseline, in [−1, 1]
-  std::optional<McNemar> mcnemar;               // when every score of both modes is 0 or 1
+  stats::Estimate difference;                          // treatment - baseline, in [−1, 1]
+  std::optional<stats::McNemar> mcnemar;               // when every score of both modes is 0 or 1
   std::optional<double> ttft_ratio, e2e_ratio;  // baseline mean / treatment mean; absent when undefined
 };
 

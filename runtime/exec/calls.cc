@@ -4,6 +4,7 @@
 #include "runtime/exec/calls.h"
 
 #include <fmt/ranges.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <istream>
@@ -12,6 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/suggest.h"
 #include "runtime/exec/json_line.h"
 #include "runtime/model/chat_template.h"
 
@@ -114,7 +116,7 @@ class Validator {
     std::optional<std::string> op = f.string("op");
     if (!op) site.fail("call has no \"op\"", "add \"op\": \"prefill\" or \"op\": \"decode\"");
     if (!contains(kOps, *op))
-      f.bad_value("op", fmt::format("'{}' is not an op{}", *op, did_you_mean(*op, kOps)),
+      f.bad_value("op", with_suggestion(fmt::format("'{}' is not an op", *op), *op, kOps),
                   "use prefill or decode");
     call.op = *op == "prefill" ? CallOp::Prefill : CallOp::Decode;
     check_field_names(object, site, call.op);
@@ -134,7 +136,7 @@ class Validator {
     call.visibility = f.boolean("private").value_or(false) ? kv::Visibility::Private : kv::Visibility::Public;
     if (std::optional<std::string> role = f.string("role")) {
       if (!contains(kRoles, *role))
-        f.bad_value("role", fmt::format("'{}' is not a role{}", *role, did_you_mean(*role, kRoles)),
+        f.bad_value("role", with_suggestion(fmt::format("'{}' is not a role", *role), *role, kRoles),
                     "use system, user or assistant");
       if (model_.chat_format() == model::ChatFormat::None)
         f.bad_value("role", "needs a chat template, and this model has none",
@@ -166,7 +168,7 @@ class Validator {
                   {}, site.key_byte(key));
       std::vector<std::string_view> known(std::begin(kCommonFields), std::end(kCommonFields));
       known.insert(known.end(), own.begin(), own.end());
-      site.fail(fmt::format("unknown field '{}'{}", key, did_you_mean(key, known)),
+      site.fail(with_suggestion(fmt::format("unknown field '{}'", key), key, known),
                 fmt::format("a {} takes: {}", op_name(op), fmt::join(known, ", ")), site.key_byte(key));
     }
   }
@@ -185,7 +187,7 @@ class Validator {
         for (auto it = p.begin(); it != p.end(); ++it)
           if (!contains(kParentFields, it.key()))
             site.fail(
-                fmt::format("unknown parent field '{}'{}", it.key(), did_you_mean(it.key(), kParentFields)),
+                with_suggestion(fmt::format("unknown parent field '{}'", it.key()), it.key(), kParentFields),
                 "a parent is \"id\" or {\"ref\": \"id\", \"offset\": N}",
                 site.find(json(it.key()).dump(), search_from));
         if (!p.contains("ref") || !p["ref"].is_string())
@@ -236,7 +238,7 @@ class Validator {
     std::vector<std::string_view> names;
     for (const auto& [id, d] : defined_) names.push_back(id);
     std::sort(names.begin(), names.end());
-    site.fail(fmt::format("unknown parent '{}'{}", ref, did_you_mean(ref, names)),
+    site.fail(with_suggestion(fmt::format("unknown parent '{}'", ref), ref, names),
               "a parent names the id of a call on an earlier line", at);
   }
 
@@ -359,10 +361,8 @@ class Validator {
 }  // namespace
 
 uint64_t default_seed(std::string_view id) {
-  // FNV-1a: stable across platforms and runs, unlike std::hash.
-  uint64_t h = 14695981039346656037ull;
-  for (char c : id) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  return h;
+  // XXH3-64 (the hash the rest of choreo uses): stable across platforms and runs, unlike std::hash.
+  return XXH3_64bits(id.data(), id.size());
 }
 
 CallScript parse_calls(std::istream& in, const std::string& name, const model::Model& model,

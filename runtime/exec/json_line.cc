@@ -13,39 +13,6 @@ namespace choreo::exec {
 
 using json = nlohmann::json;
 
-namespace {
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t above = row[j];
-      bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
-                  std::tolower(static_cast<unsigned char>(b[j - 1]));
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (same ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-}  // namespace
-
-std::string did_you_mean(std::string_view word, std::span<const std::string_view> candidates) {
-  std::string_view best;
-  // Up to a third of the word's letters may differ, and never all of them.
-  const size_t allowed = std::min(std::max<size_t>(1, word.size() / 3), word.empty() ? 0 : word.size() - 1);
-  size_t best_distance = allowed + 1;
-  for (std::string_view c : candidates) {
-    size_t d = edit_distance(word, c);
-    if (d < best_distance) best_distance = d, best = c;
-  }
-  return best.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", best);
-}
-
 std::vector<ByteRange> element_ranges(std::string_view line) {
   size_t first = line.find_first_not_of(" \t");
   if (first == std::string_view::npos || line[first] != '[') return {{0, line.size()}};

@@ -19,10 +19,6 @@ namespace choreo::exec {
 /// The parser's own message (which quotes what it last read) is cut to this many bytes.
 inline constexpr size_t kMaxJsonErrorBytes = 160;
 
-/// " (did you mean 'x'?)" for the candidate closest to `word` (case-insensitive edit distance, at most a
-/// third of its letters), else "".
-std::string did_you_mean(std::string_view word, std::span<const std::string_view> candidates);
-
 /// "an integer", "a string", "a list", ... for error messages.
 std::string type_name(const nlohmann::json& value);
 

@@ -2,9 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <random>
-
-#include "runtime/eval/statistics.h"
 
 namespace choreo::exec {
 
@@ -92,35 +89,6 @@ ProfiledInstance profile_instance(const dsl::Workflow& workflow, runtime::Engine
   p.baseline_timing = timing_of(p.baseline);
   p.choreo_timing = timing_of(p.choreo);
   return p;
-}
-
-RatioEstimate bootstrap_ratio(const std::vector<double>& numerator, const std::vector<double>& denominator,
-                              int resamples) {
-  RatioEstimate r;
-  const size_t n = std::min(numerator.size(), denominator.size());
-  if (n == 0) return r;
-  auto ratio_of = [&](const std::vector<size_t>& rows) {
-    double a = 0, b = 0;
-    for (size_t i : rows) {
-      a += numerator[i];
-      b += denominator[i];
-    }
-    return b > 0 ? a / b : 0.0;
-  };
-  std::vector<size_t> all(n);
-  for (size_t i = 0; i < n; ++i) all[i] = i;
-  r.ratio = ratio_of(all);
-  std::mt19937_64 rng(eval::kBootstrapSeed);
-  std::vector<double> ratios;
-  std::vector<size_t> rows(n);
-  for (int k = 0; k < resamples; ++k) {
-    for (size_t& i : rows) i = size_t(rng() % n);
-    ratios.push_back(ratio_of(rows));
-  }
-  std::sort(ratios.begin(), ratios.end());
-  r.low = eval::percentile_sorted(ratios, 2.5);
-  r.high = eval::percentile_sorted(ratios, 97.5);
-  return r;
 }
 
 }  // namespace choreo::exec

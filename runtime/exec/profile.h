@@ -44,14 +44,4 @@ struct ProfiledInstance {
 ProfiledInstance profile_instance(const dsl::Workflow& workflow, runtime::Engine& baseline, runtime::Engine& choreo,
                                   const RunArguments& arguments);
 
-/// A ratio of means with a 95% percentile-bootstrap interval over paired instances.
-struct RatioEstimate {
-  double ratio = 0, low = 0, high = 0;
-};
-
-/// mean(numerator) / mean(denominator), with the interval of that ratio over `resamples` resamplings of the
-/// pairs (fixed seed: deterministic).
-RatioEstimate bootstrap_ratio(const std::vector<double>& numerator, const std::vector<double>& denominator,
-                              int resamples = 2000);
-
 }  // namespace choreo::exec

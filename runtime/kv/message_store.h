@@ -10,8 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/token.h"
 #include "runtime/kv/page_pool.h"
-#include "runtime/model/vocab.h"
 
 namespace choreo::kv {
 

@@ -1,14 +1,13 @@
 #include "runtime/model/pretokenizer.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
 #include <fmt/format.h>
-#include <pcre2.h>
 
 #include <array>
 #include <stdexcept>
 #include <utility>
 
 #include "common/error.h"
+#include "common/regex.h"
 #include "runtime/model/unicode.h"
 
 namespace choreo::model {
@@ -98,25 +97,18 @@ std::string known_bpe_flavor_names() {
 }
 
 struct PreTokenizer::Pattern {
-  pcre2_code* code = nullptr;
-  ~Pattern() { pcre2_code_free(code); }
+  explicit Pattern(const std::string& source)
+      : regex(source, Regex::Options{.invalid_utf_never_matches = false, .dollar_end_only = true, .jit = true}) {}
+  Regex regex;
 };
 
 PreTokenizer::PreTokenizer(const std::vector<std::string>& regexes) {
   for (const std::string& source : regexes) {
-    auto pattern = std::make_unique<Pattern>();
-    int error_code = 0;
-    PCRE2_SIZE error_offset = 0;
-    pattern->code =
-        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source.data()), source.size(),
-                      PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &error_code, &error_offset, nullptr);
-    if (!pattern->code) {
-      std::array<PCRE2_UCHAR, 256> message{};
-      pcre2_get_error_message(error_code, message.data(), message.size());
+    auto pattern = std::make_unique<Pattern>(source);
+    if (!pattern->regex.ok())
       throw std::invalid_argument(fmt::format("pre-tokenizer regex '{}' does not compile at {}: {}", source,
-                                              error_offset, reinterpret_cast<const char*>(message.data())));
-    }
-    pcre2_jit_compile(pattern->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter when JIT is absent
+                                              pattern->regex.compile_error_offset(),
+                                              pattern->regex.compile_error()));
     patterns_.push_back(std::move(pattern));
   }
 }
@@ -167,11 +159,6 @@ size_t next_codepoint(std::string_view text, size_t offset) {
   return std::min(text.size(), offset + utf8_sequence_length(static_cast<uint8_t>(text[offset])));
 }
 
-struct MatchData {
-  pcre2_match_data* data = pcre2_match_data_create(1, nullptr);
-  ~MatchData() { pcre2_match_data_free(data); }
-};
-
 }  // namespace
 
 std::vector<std::string_view> PreTokenizer::split(std::string_view input) const {
@@ -180,26 +167,25 @@ std::vector<std::string_view> PreTokenizer::split(std::string_view input) const 
   std::vector<std::pair<size_t, size_t>> pieces;  // [begin, end) in `text`
   if (!text.empty()) pieces.emplace_back(0, text.size());
   std::vector<std::pair<size_t, size_t>> next;
-  MatchData match;
-
   for (const auto& pattern : patterns_) {
+    Regex::Match match(pattern->regex);
     next.clear();
     const auto add_gap = [&](size_t begin, size_t end) {  // text no match covers is a piece of its own
       if (begin < end) next.emplace_back(begin, end);
     };
     for (const auto& [begin, end] : pieces) {
       // Each piece is its own subject, so look-arounds cannot see past its edges (as in llama.cpp).
-      const auto* piece = reinterpret_cast<PCRE2_SPTR>(text.data() + begin);
+      const std::string_view piece = text.substr(begin, end - begin);
       size_t done = begin;    // everything before this is emitted
       size_t search = begin;  // where the next match attempt starts
       while (search < end) {
-        const int rc = pcre2_match(pattern->code, piece, end - begin, search - begin, PCRE2_NO_UTF_CHECK,
-                                   match.data, nullptr);
-        if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) throw RuntimeFailure(fmt::format("pre-tokenizer regex failed with PCRE2 error {}", rc));
-        const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.data);
-        const size_t match_begin = begin + ovector[0];
-        const size_t match_end = begin + ovector[1];
+        const Regex::Outcome outcome = pattern->regex.search(piece, search - begin, match, /*utf_checked=*/true);
+        if (outcome == Regex::Outcome::NoMatch) break;
+        if (outcome != Regex::Outcome::Match)
+          throw RuntimeFailure(fmt::format("pre-tokenizer regex failed with PCRE2 error {}", match.error()));
+        const auto [piece_begin, piece_end] = *match.group(0);
+        const size_t match_begin = begin + piece_begin;
+        const size_t match_end = begin + piece_end;
         if (match_end == match_begin) {  // an empty match splits nothing; look further on
           search = next_codepoint(text, match_begin);
           continue;

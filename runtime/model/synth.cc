@@ -3,6 +3,7 @@
 #include "runtime/model/synth.h"
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <array>
@@ -251,9 +252,7 @@ uint64_t mix64(uint64_t z) {
 }
 
 uint64_t hash_name(std::string_view name) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  for (char c : name) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
-  return h;
+  return XXH3_64bits(name.data(), name.size());
 }
 
 /// Fills `out` with mean + std * (approximately standard normal), from a generator seeded per row.

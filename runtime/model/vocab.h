@@ -9,11 +9,10 @@
 #include <string_view>
 #include <vector>
 
+#include "common/token.h"
 #include "runtime/model/gguf.h"
 
 namespace choreo::model {
-
-using Token = int32_t;
 
 /// The vocabulary of a model and the tokenizer it implies.
 class Vocab {

@@ -33,7 +33,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/eval/dataset.h"
 #include "runtime/eval/longbench_metrics.h"
-#include "runtime/eval/statistics.h"
+#include "common/statistics.h"
 #include "runtime/exec/profile.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/pml/encode.h"
@@ -221,11 +221,11 @@ void print_summary(const std::vector<ItemResult>& results, nlohmann::json& repor
     prompt_tokens += r.n_prompt_tokens;
   }
   const size_t n = results.size();
-  const exec::RatioEstimate ratio = exec::bootstrap_ratio(full_ms, cached_ms);
-  const eval::Estimate mean_cached = eval::bootstrap_mean(cached_ms),
-                       mean_full = eval::bootstrap_mean(full_ms);
-  const eval::Estimate f1c = eval::bootstrap_mean(f1_cached), f1f = eval::bootstrap_mean(f1_full);
-  const eval::Estimate diff = eval::paired_difference(f1_full, f1_cached);
+  const stats::RatioEstimate ratio = stats::bootstrap_ratio(full_ms, cached_ms);
+  const stats::Estimate mean_cached = stats::bootstrap_mean(cached_ms),
+                       mean_full = stats::bootstrap_mean(full_ms);
+  const stats::Estimate f1c = stats::bootstrap_mean(f1_cached), f1f = stats::bootstrap_mean(f1_full);
+  const stats::Estimate diff = stats::paired_difference(f1_full, f1_cached);
   std::printf("\nsummary over %zu items (mean prompt %.0f tokens)\n", n, prompt_tokens / double(n));
   std::printf("  TTFT cached  %9.1f ms  [%.1f, %.1f]\n", mean_cached.mean, mean_cached.low, mean_cached.high);
   std::printf("  TTFT full    %9.1f ms  [%.1f, %.1f]\n", mean_full.mean, mean_full.low, mean_full.high);
@@ -235,7 +235,7 @@ void print_summary(const std::vector<ItemResult>& results, nlohmann::json& repor
   std::printf("  QA-F1 full   %5.1f  [%.1f, %.1f]\n", f1f.mean, f1f.low, f1f.high);
   std::printf("  F1 cached - full  %+.2f  [%+.2f, %+.2f]; identical answers %d/%zu\n", diff.mean, diff.low,
               diff.high, identical, n);
-  auto estimate = [](const eval::Estimate& e) {
+  auto estimate = [](const stats::Estimate& e) {
     return nlohmann::json{{"mean", e.mean}, {"low", e.low}, {"high", e.high}};
   };
   report["summary"] = {{"items", n},

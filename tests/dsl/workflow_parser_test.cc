@@ -293,16 +293,16 @@ TEST_CASE("workflow: malformed files name the culprit's line and column") {
   SUBCASE("not UTF-8") { expect_error("name: t\ndescription: caf\xe9\n", 2, 17, "invalid UTF-8 byte 0xE9"); }
   SUBCASE("columns count characters, not bytes") {
     expect_error("name: t\ndescription: \xc3\xa9t\xc3\xa9\nstepz: []\n", 3, 1, "unknown key `stepz`",
-                 "did you mean `steps`?");
+                 "did you mean \'steps\'?");
   }
   SUBCASE("top level is a list") { expect_error("- name: t\n", 1, 1, "a workflow file is a map"); }
   SUBCASE("unknown top-level key with suggestion") {
     expect_error(kHead + "sampeling: {temperature: 0}\nsteps: []\n", 4, 1,
-                 "unknown key `sampeling` in top level", "did you mean `sampling`?");
+                 "unknown key `sampeling` in top level", "did you mean \'sampling\'?");
   }
   SUBCASE("unknown key inside a decode with suggestion") {
     expect_error(kHead + "steps:\n  - decode: {as: a, role: assistant, parents: [start], max_token: 5}\n", 5,
-                 56, "unknown key `max_token` in decode", "did you mean `max_tokens`?");
+                 56, "unknown key `max_token` in decode", "did you mean \'max_tokens\'?");
   }
   SUBCASE("`if` is written `when`") {
     expect_error(kHead + "steps:\n  - decode: {as: a, role: assistant, if: \"x > 1\"}\n", 5, 38,
@@ -341,7 +341,7 @@ TEST_CASE("workflow: malformed files name the culprit's line and column") {
   SUBCASE("empty steps") { expect_error(kHead + "steps: []\n", 4, 1, "`steps` is empty"); }
   SUBCASE("unknown parent with suggestion") {
     expect_error(kHead + "steps:\n  - decode: {as: a, role: assistant, parents: [strat]}\n", 5, 48,
-                 "unknown name `strat`", "did you mean `start`?");
+                 "unknown name `strat`", "did you mean \'start\'?");
   }
   SUBCASE("parent defined later") {
     expect_error(kHead +
@@ -394,7 +394,7 @@ TEST_CASE("workflow: malformed files name the culprit's line and column") {
     expect_error(
         "name: t\nagents: [alice, bob]\nmessages:\n  m: {text: hi, private: alcie}\nsteps:\n"
         "  - decode: {as: a, role: user, parents: [m]}\n",
-        4, 26, "unknown agent `alcie`", "did you mean `alice`?");
+        4, 26, "unknown agent `alcie`", "did you mean \'alice\'?");
   }
   SUBCASE("private with no agents declared") {
     expect_error(kHead + "steps:\n  - decode: {as: a, role: user, private: bob}\n", 5, 42,
@@ -430,11 +430,11 @@ TEST_CASE("workflow: malformed files name the culprit's line and column") {
   }
   SUBCASE("prefill of an undeclared message") {
     expect_error(kHead + "steps:\n  - prefill: {as: a, message: stat}\n", 5, 31,
-                 "`message: stat` is not a declared", "did you mean `start`?");
+                 "`message: stat` is not a declared", "did you mean \'start\'?");
   }
   SUBCASE("unknown role with suggestion") {
     expect_error(kHead + "steps:\n  - decode: {as: a, role: asistant}\n", 5, 27, "unknown role `asistant`",
-                 "did you mean `assistant`?");
+                 "did you mean \'assistant\'?");
   }
   SUBCASE("two kinds in one step") {
     expect_error(kHead + "steps:\n  - decode: {as: a, role: user}\n    prefill: {as: b, text: x}\n", 6, 5,
@@ -465,7 +465,7 @@ TEST_CASE("workflow: malformed files name the culprit's line and column") {
   }
   SUBCASE("unknown input type") {
     expect_error("name: t\ninputs: {q: strng}\nsteps: []\n", 2, 13, "unknown type `strng`",
-                 "did you mean `string`?");
+                 "did you mean \'string\'?");
   }
   SUBCASE("second YAML document") {
     expect_error("name: t\nsteps: []\n---\nname: u\n", 4, 1, "one YAML document");
@@ -486,7 +486,7 @@ TEST_CASE("workflow: a missing file is an InputError naming it") {
 
 TEST_CASE("workflow: did-you-mean picks the nearest key only when it is near") {
   std::vector<std::string> keys = {"temperature", "top_p", "top_k", "max_tokens"};
-  CHECK(did_you_mean("tempreature", keys) == "did you mean `temperature`?");
+  CHECK(did_you_mean("tempreature", keys) == "did you mean 'temperature'?");
   CHECK(did_you_mean("zzz", keys).empty());
 }
 

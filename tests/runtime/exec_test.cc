@@ -7,6 +7,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <xxhash.h>
 
 #include "kernels/backend.h"
 #include "common/error.h"
@@ -53,6 +54,14 @@ std::vector<Token> text_tokens(const model::Model& m, const std::string& s) {
 }
 
 std::vector<Token> ids(const json& j) { return j.get<std::vector<Token>>(); }
+
+TEST_CASE("exec: the default seed is XXH3-64 of the id, as docs/exec.md says") {
+  for (std::string_view id : {"", "a", "default seed", "answer[3][1]"}) {
+    CAPTURE(id);
+    CHECK(exec::default_seed(id) == XXH3_64bits(id.data(), id.size()));
+  }
+  CHECK(exec::default_seed("a") != exec::default_seed("b"));
+}
 
 TEST_CASE(
     "exec: a decode over a prefill generates what the engine generates for the same call made directly") {
@@ -262,7 +271,7 @@ TEST_CASE("exec: malformed calls are rejected before anything runs, naming file,
                             "\n";
   const std::vector<BadInput> cases = {
       {"unknown ref", story + R"({"op":"decode","id":"d","header":" The","parents":["storyy"]})", 2,
-       "unknown parent 'storyy' (did you mean 'story'?)", "\"storyy\""},
+       "unknown parent 'storyy' — did you mean 'story'?", "\"storyy\""},
       {"forward ref",
        story +
            R"({"op":"decode","id":"d","header":" The","parents":["later"]})"
@@ -278,10 +287,10 @@ TEST_CASE("exec: malformed calls are rejected before anything runs, naming file,
       {"number beyond double range", story + R"({"op":"decode","id":"d","header":" A","parents":["story"],"max_tokens":1e999})", 2,
        "invalid JSON: number overflow parsing '1e999'", "1e999"},
       {"unknown op", story + R"({"op":"prefil","id":"x","text":"y"})", 2,
-       "'prefil' is not an op (did you mean 'prefill'?)", "\"prefil\""},
+       "'prefil' is not an op — did you mean 'prefill'?", "\"prefil\""},
       {"unknown field",
        story + R"({"op":"decode","id":"d","header":" A","parents":["story"],"temprature":0})", 2,
-       "unknown field 'temprature' (did you mean 'temperature'?)", "\"temprature\""},
+       "unknown field 'temprature' — did you mean 'temperature'?", "\"temprature\""},
       {"wrong type", story + R"({"op":"decode","id":"d","header":" A","max_tokens":"64"})", 2,
        "field 'max_tokens' must be an integer, not a string", "\"64\""},
       {"negative offset",
@@ -321,9 +330,9 @@ TEST_CASE("exec: malformed calls are rejected before anything runs, naming file,
        story + R"({"op":"decode","id":"d","header":"A","max_tokens":3,"exact_tokens":3})", 2, "not both"},
       {"unknown parent field",
        story + R"({"op":"prefill","id":"x","text":"y","parents":[{"ref":"story","ofset":3}]})", 2,
-       "unknown parent field 'ofset' (did you mean 'offset'?)", "\"ofset\""},
+       "unknown parent field 'ofset' — did you mean 'offset'?", "\"ofset\""},
       {"misspelt role", R"({"op":"prefill","id":"x","text":"hi","role":"assistent"})", 1,
-       "'assistent' is not a role (did you mean 'assistant'?)", "\"assistent\""},
+       "'assistent' is not a role — did you mean 'assistant'?", "\"assistent\""},
       {"parents not a list", story + R"({"op":"prefill","id":"x","text":"y","parents":"story"})", 2,
        "field 'parents' must be a list of ids"},
       {"CRLF line endings",

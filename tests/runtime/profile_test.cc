@@ -59,17 +59,5 @@ TEST_CASE("profile: choreo decodes are forced to the baseline's token counts; st
   CHECK(p.choreo_timing.steps[1].n_computed < p.baseline_timing.steps[1].n_computed);
 }
 
-TEST_CASE("bootstrap_ratio: the ratio of sums, inside its interval; exact when every pair has the same ratio") {
-  const exec::RatioEstimate r = exec::bootstrap_ratio({10, 20, 30, 40}, {1, 4, 3, 2});
-  CHECK(r.ratio == doctest::Approx(100.0 / 10.0));
-  CHECK(r.low <= r.ratio);
-  CHECK(r.high >= r.ratio);
-  CHECK(r.low < r.high);
-  const exec::RatioEstimate same = exec::bootstrap_ratio({3, 6, 9}, {1, 2, 3});
-  CHECK(same.ratio == doctest::Approx(3.0));
-  CHECK(same.low == doctest::Approx(3.0));
-  CHECK(same.high == doctest::Approx(3.0));
-}
-
 }  // namespace
 }  // namespace choreo

@@ -1,4 +1,4 @@
-#include "runtime/eval/statistics.h"
+#include "common/statistics.h"
 
 #include <algorithm>
 #include <cassert>
@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-namespace choreo::eval {
+namespace choreo::stats {
 
 namespace {
 
@@ -33,22 +33,39 @@ double percentile_sorted(std::span<const double> sorted, double q) {
   return sorted[below] + (sorted[above] - sorted[below]) * fraction;
 }
 
+Interval bootstrap_interval(size_t n, const std::function<double(std::span<const size_t>)>& statistic,
+                            int resamples, uint64_t seed) {
+  Interval out;
+  if (n == 0) return out;
+  std::mt19937_64 rng(seed);
+  std::vector<size_t> rows(n);
+  std::vector<double> values(static_cast<size_t>(std::max(resamples, 1)));
+  for (double& v : values) {
+    for (size_t& row : rows) row = draw_index(rng, n);
+    v = statistic(rows);
+  }
+  std::sort(values.begin(), values.end());
+  out.low = percentile_sorted(values, 2.5);
+  out.high = percentile_sorted(values, 97.5);
+  return out;
+}
+
 Estimate bootstrap_mean(std::span<const double> values, int resamples, uint64_t seed) {
   Estimate out;
   out.n = values.size();
   if (values.empty()) return out;
   out.mean = mean_of(values);
-  std::mt19937_64 rng(seed);
-  std::vector<double> means(static_cast<size_t>(std::max(resamples, 1)));
-  for (double& m : means) {
-    double sum = 0;
-    for (size_t i = 0; i < values.size(); ++i) sum += values[draw_index(rng, values.size())];
-    m = sum / static_cast<double>(values.size());
-  }
-  std::sort(means.begin(), means.end());
+  const Interval interval = bootstrap_interval(
+      values.size(),
+      [&](std::span<const size_t> rows) {
+        double sum = 0;
+        for (size_t row : rows) sum += values[row];
+        return sum / static_cast<double>(values.size());
+      },
+      resamples, seed);
   // Rounding in the resampled sums can put a percentile an ulp beyond the mean of a constant sample.
-  out.low = std::min(percentile_sorted(means, 2.5), out.mean);
-  out.high = std::max(percentile_sorted(means, 97.5), out.mean);
+  out.low = std::min(interval.low, out.mean);
+  out.high = std::max(interval.high, out.mean);
   return out;
 }
 
@@ -58,6 +75,29 @@ Estimate paired_difference(std::span<const double> baseline, std::span<const dou
   std::vector<double> differences(baseline.size());
   for (size_t i = 0; i < baseline.size(); ++i) differences[i] = treatment[i] - baseline[i];
   return bootstrap_mean(differences, resamples, seed);
+}
+
+RatioEstimate bootstrap_ratio(std::span<const double> numerator, std::span<const double> denominator,
+                              int resamples, uint64_t seed) {
+  RatioEstimate out;
+  const size_t n = std::min(numerator.size(), denominator.size());
+  if (n == 0) return out;
+  auto ratio_of = [&](auto&& rows) {
+    double a = 0, b = 0;
+    for (size_t row : rows) {
+      a += numerator[row];
+      b += denominator[row];
+    }
+    return b > 0 ? a / b : 0.0;
+  };
+  std::vector<size_t> all(n);
+  for (size_t i = 0; i < n; ++i) all[i] = i;
+  out.ratio = ratio_of(all);
+  const Interval interval =
+      bootstrap_interval(n, [&](std::span<const size_t> rows) { return ratio_of(rows); }, resamples, seed);
+  out.low = interval.low;
+  out.high = interval.high;
+  return out;
 }
 
 double mcnemar_exact_p(int64_t b, int64_t c) {
@@ -88,4 +128,4 @@ McNemar mcnemar(std::span<const double> baseline, std::span<const double> treatm
   return out;
 }
 
-}  // namespace choreo::eval
+}  // namespace choreo::stats

@@ -1,4 +1,4 @@
-// Statistics for evaluation summaries (runtime/eval/statistics.h): exact McNemar p-values worked by hand,
+// Statistics for evaluation summaries (common/statistics.h): exact McNemar p-values worked by hand,
 // percentiles by numpy's rule, and bootstrap intervals checked against their defining properties.
 
 #include <doctest/doctest.h>
@@ -6,9 +6,9 @@
 #include <cmath>
 #include <vector>
 
-#include "runtime/eval/statistics.h"
+#include "common/statistics.h"
 
-namespace choreo::eval {
+namespace choreo::stats {
 namespace {
 
 TEST_CASE("eval statistics: McNemar's exact test, by hand") {
@@ -86,5 +86,35 @@ TEST_CASE("eval statistics: paired differences resample pairs") {
   CHECK(none.high == 0.0);
 }
 
+TEST_CASE("bootstrap_ratio: the ratio of sums, inside its interval; exact when every pair has the same ratio") {
+  const RatioEstimate r = bootstrap_ratio(std::vector<double>{10, 20, 30, 40}, std::vector<double>{1, 4, 3, 2});
+  CHECK(r.ratio == doctest::Approx(100.0 / 10.0));
+  CHECK(r.low <= r.ratio);
+  CHECK(r.high >= r.ratio);
+  CHECK(r.low < r.high);
+  const RatioEstimate same = bootstrap_ratio(std::vector<double>{3, 6, 9}, std::vector<double>{1, 2, 3});
+  CHECK(same.ratio == doctest::Approx(3.0));
+  CHECK(same.low == doctest::Approx(3.0));
+  CHECK(same.high == doctest::Approx(3.0));
+}
+
+TEST_CASE("one bootstrap: a ratio over unit denominators has the interval of the mean, draw for draw") {
+  // bootstrap_mean and bootstrap_ratio share bootstrap_interval's index draws: with every denominator 1,
+  // the resampled ratio of sums is the resampled sum / n, i.e. the resampled mean. (Before issue 10 the
+  // ratio drew rng() % n, the mean Lemire's multiply-shift, and the two intervals differed.)
+  std::vector<double> values;
+  for (int i = 0; i < 37; ++i) values.push_back((i * 7919) % 101 / 10.0);
+  const std::vector<double> ones(values.size(), 1.0);
+  const Estimate mean = bootstrap_mean(values);
+  const RatioEstimate ratio = bootstrap_ratio(values, ones);
+  CHECK(ratio.ratio == doctest::Approx(mean.mean));
+  CHECK(ratio.low == doctest::Approx(mean.low).epsilon(1e-12));
+  CHECK(ratio.high == doctest::Approx(mean.high).epsilon(1e-12));
+  CHECK(ratio.low < ratio.high);
+  // Different seeds draw different rows.
+  const RatioEstimate other = bootstrap_ratio(values, ones, kBootstrapResamples, kBootstrapSeed + 1);
+  CHECK((other.low != ratio.low || other.high != ratio.high));
+}
+
 }  // namespace
-}  // namespace choreo::eval
+}  // namespace choreo::stats
