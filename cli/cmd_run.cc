@@ -8,7 +8,9 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <limits>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
@@ -17,6 +19,7 @@
 #include "common/terminal_text.h"
 #include "runtime/engine/engine.h"
 #include "common/atomic_file.h"
+#include "runtime/exec/baseline_count.h"
 #include "runtime/exec/instances.h"
 #include "runtime/exec/interpreter.h"
 #include "runtime/exec/run_report.h"
@@ -124,6 +127,38 @@ void write_outputs(const dsl::Workflow& workflow, const RunOptions& o, const std
   write_file_atomically(o.trace_path, exec::trace_json(traced).dump() + "\n");
 }
 
+/// The last line of a run, on stderr (stdout stays the workflow's text): what the engine computed and
+/// reused, the time to the first generated token, and what a prefix-caching chat baseline would have
+/// computed for the same calls (counted from the run's tokens, not run: runtime/exec/baseline_count.h).
+void print_summary(const std::vector<exec::InstanceOutcome>& outcomes, const model::Vocab& vocab) {
+  int64_t computed = 0, reused = 0, calls = 0;
+  exec::BaselineCount baseline;
+  std::optional<double> ttft_ms;
+  for (const exec::InstanceOutcome& o : outcomes) {
+    if (o.error) continue;
+    double first = std::numeric_limits<double>::infinity();
+    for (const exec::MessageRecord& m : o.result.messages) first = std::min(first, m.start_ms);
+    for (const exec::MessageRecord& m : o.result.messages) {
+      computed += m.n_computed;
+      reused += m.n_reused;
+      calls += m.kind == "prefill" || m.kind == "decode";
+      if (m.kind == "decode" && m.n_generated > 0) {
+        const double t = m.start_ms + m.ttft_ms - first;
+        ttft_ms = ttft_ms ? std::min(*ttft_ms, t) : t;
+      }
+    }
+    const exec::BaselineCount b = exec::prefix_baseline(o.result, vocab.add_bos() ? vocab.bos() : -1);
+    baseline.calls += b.calls;
+    baseline.computed += b.computed;
+    baseline.reused += b.reused;
+  }
+  std::string line = fmt::format("summary: {} calls, {} tokens computed, {} reused", calls, computed, reused);
+  if (ttft_ms) line += fmt::format("; first token after {:.0f} ms", *ttft_ms);
+  line += fmt::format("; a prefix-caching chat baseline would compute {} tokens", baseline.computed);
+  if (computed > 0) line += fmt::format(" ({:.1f}x)", double(baseline.computed) / double(computed));
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
 /// Prints an error that stopped one instance (of several) and keeps going.
 void report_instance_error(const std::exception_ptr& error, int line, const std::string& inputs_path) {
   std::fprintf(stderr, "%s:%d: this row failed:\n%s", inputs_path.c_str(), line, describe_error(error).c_str());
@@ -211,6 +246,7 @@ void run_run(const RunOptions& o) {
                 << shown(outcomes[i].result.output) << "\n";
   }
   write_outputs(workflow, o, lm.model->file().path(), rows, outcomes);
+  print_summary(outcomes, lm.model->vocab());
   if (failed > 0)
     throw InputError(fmt::format("{} of {} rows failed (errors above)", failed, rows.size()),
                      "the other rows ran; fix the failing rows and run them again");
