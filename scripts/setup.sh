@@ -61,7 +61,11 @@ cmake -S "$ROOT" -B "$ROOT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 ninja -C "$ROOT/build"
 
 if ((RUN_MAIN)); then
-  say "running the main job: workflows/hello.yaml with $MODEL"
-  "$ROOT/build/choreo" run "$ROOT/workflows/hello.yaml" -m "$MODEL" \
-    --input question="In two sentences, why is caching useful in computing?"
+  # Three agents debate one MATH-500 problem (test/counting_and_probability/116.json, answer 4495) for three
+  # rounds, each round reading the others' answers from the KV cache instead of re-encoding them. The
+  # problem is written here so that the job needs no data files. The last line (stderr) compares the tokens
+  # computed with what a prefix-caching chat server would compute for the same calls.
+  say "running the main job: workflows/madpar.yaml (3 agents x 3 rounds) on one MATH problem with $MODEL"
+  "$ROOT/build/choreo" run "$ROOT/workflows/madpar.yaml" -m "$MODEL" \
+    --input problem='Compute $\dbinom{31}{28}$.'
 fi
