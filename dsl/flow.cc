@@ -12,23 +12,7 @@ namespace choreo::dsl {
 
 namespace {
 
-/// True when a message private to `owner` may not reach `reader`.
-bool is_foreign(const std::string& owner, const std::string& reader) {
-  return !owner.empty() && owner != reader;
-}
-
-/// The carried set of one message, given the sets of all earlier ones.
-std::vector<size_t> carried_by(std::span<const FlowMessage> messages, size_t i,
-                               const std::vector<std::vector<size_t>>& carried) {
-  std::set<size_t> out;
-  for (size_t p : messages[i].parents) {
-    assert(p < i);
-    if (!messages[p].private_to.empty()) out.insert(p);
-    out.insert(carried[p].begin(), carried[p].end());
-  }
-  out.erase(i);
-  return {out.begin(), out.end()};
-}
+bool is_foreign(const std::string& owner, const std::string& reader) { return FlowGraph::is_foreign(owner, reader); }
 
 /// Shortest chains from each ancestor of `start` down to `start` (breadth-first over parents):
 /// `next[a]` is the message one step closer to `start` on a shortest chain from ancestor `a`.
@@ -51,8 +35,10 @@ std::map<size_t, size_t> chains_to(std::span<const FlowMessage> messages, size_t
 }  // namespace
 
 std::vector<std::vector<size_t>> carried_private(std::span<const FlowMessage> messages) {
-  std::vector<std::vector<size_t>> carried(messages.size());
-  for (size_t i = 0; i < messages.size(); ++i) carried[i] = carried_by(messages, i, carried);
+  FlowGraph graph;
+  for (const FlowMessage& m : messages) graph.add(m.private_to, m.parents);
+  std::vector<std::vector<size_t>> carried;
+  for (size_t i = 0; i < graph.size(); ++i) carried.push_back(graph.carried(i));
   return carried;
 }
 
@@ -90,6 +76,39 @@ std::vector<FlowMessage> flow_messages(const plan::Plan& plan) {
   return out;
 }
 
+// ---- FlowGraph ---------------------------------------------------------------------------------------
+
+size_t FlowGraph::add(std::string owner, std::vector<size_t> parents) {
+  const size_t i = owners_.size();
+  std::set<size_t> carried;
+  for (size_t p : parents) {
+    assert(p < i);
+    if (!owners_[p].empty()) carried.insert(p);
+    carried.insert(carried_[p].begin(), carried_[p].end());
+  }
+  owners_.push_back(std::move(owner));
+  parents_.push_back(std::move(parents));
+  carried_.emplace_back(carried.begin(), carried.end());
+  return i;
+}
+
+bool FlowGraph::leaks_to(size_t i, const std::string& reader) const {
+  return std::any_of(carried_[i].begin(), carried_[i].end(),
+                     [&](size_t source) { return is_foreign(owners_[source], reader); });
+}
+
+size_t FlowGraph::clean(size_t i, const std::string& reader, const MakeFresh& make) {
+  if (!leaks_to(i, reader)) return i;
+  if (auto it = cleaned_.find({i, reader}); it != cleaned_.end()) return it->second;
+  std::vector<std::optional<size_t>> parents;
+  const std::vector<size_t> original = parents_[i];  // a copy: cleaning a parent adds messages
+  for (size_t p : original)
+    parents.push_back(is_foreign(owners_[p], reader) ? std::nullopt : std::optional(clean(p, reader, make)));
+  const size_t out = make(i, parents);
+  cleaned_[{i, reader}] = out;
+  return out;
+}
+
 // ---- FlowTracker -------------------------------------------------------------------------------------
 
 size_t FlowTracker::index_of(const std::string& name) const {
@@ -106,57 +125,39 @@ void FlowTracker::add(const std::string& name, const std::string& agent, const s
 }
 
 size_t FlowTracker::append(FlowMessage message) {
-  index_[message.name] = messages_.size();
+  const size_t i = graph_.add(message.private_to, message.parents);
+  index_[message.name] = i;
   messages_.push_back(std::move(message));
-  carried_.push_back(carried_by(messages_, messages_.size() - 1, carried_));
-  return messages_.size() - 1;
+  return i;
 }
 
 std::vector<std::string> FlowTracker::leaking_parents(const std::string& reader,
                                                       std::span<const std::string> parents) const {
   std::vector<std::string> out;
-  for (const std::string& parent : parents) {
-    const size_t i = index_of(parent);
-    const bool leaks = std::any_of(carried_[i].begin(), carried_[i].end(), [&](size_t source) {
-      return is_foreign(messages_[source].private_to, reader);
-    });
-    if (leaks && std::find(out.begin(), out.end(), parent) == out.end()) out.push_back(parent);
-  }
+  for (const std::string& parent : parents)
+    if (graph_.leaks_to(index_of(parent), reader) && std::find(out.begin(), out.end(), parent) == out.end())
+      out.push_back(parent);
   return out;
 }
 
 std::vector<std::string> FlowTracker::foreign_private(const std::string& reader,
                                                       const std::string& name) const {
   std::vector<std::string> out;
-  for (size_t source : carried_[index_of(name)])
+  for (size_t source : graph_.carried(index_of(name)))
     if (is_foreign(messages_[source].private_to, reader)) out.push_back(messages_[source].name);
   return out;
 }
 
-size_t FlowTracker::clean_at(size_t id, const std::string& reader) {
-  const bool leaks = std::any_of(carried_[id].begin(), carried_[id].end(), [&](size_t source) {
-    return is_foreign(messages_[source].private_to, reader);
-  });
-  if (!leaks) return id;
-  if (auto it = cleaned_.find({id, reader}); it != cleaned_.end()) return it->second;
-  // Copies: cleaning a parent appends to messages_.
-  const FlowMessage original = messages_[id];
-  FlowMessage fresh{fmt::format("{} for {}", original.name, reader.empty() ? "no agent" : reader),
-                    original.agent,
-                    original.private_to,
-                    {},
-                    original.is_call};
-  for (size_t p : original.parents) {
-    if (is_foreign(messages_[p].private_to, reader)) continue;  // the leak itself: dropped
-    fresh.parents.push_back(clean_at(p, reader));
-  }
-  const size_t out = append(std::move(fresh));
-  cleaned_[{id, reader}] = out;
-  return out;
-}
-
 std::string FlowTracker::clean(const std::string& name, const std::string& reader) {
-  return messages_[clean_at(index_of(name), reader)].name;
+  const size_t i = graph_.clean(index_of(name), reader, [&](size_t original, const auto& parents) {
+    const FlowMessage& o = messages_[original];
+    FlowMessage fresh{fmt::format("{} for {}", o.name, reader.empty() ? "no agent" : reader), o.agent,
+                      o.private_to, {}, o.is_call};
+    for (const std::optional<size_t>& p : parents)
+      if (p) fresh.parents.push_back(*p);
+    return append(std::move(fresh));
+  });
+  return messages_[i].name;
 }
 
 std::vector<std::string> FlowTracker::parents_of(const std::string& name) const {

@@ -11,7 +11,9 @@
 // (runtime/exec/leak_guard.h) so that `choreo check --no-leak` can show what the run would re-encode.
 
 #include <cstddef>
+#include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -61,6 +63,47 @@ FlowReport analyze_flow(std::span<const FlowMessage> messages);
 /// The plan's nodes as flow messages, with the same indices.
 std::vector<FlowMessage> flow_messages(const plan::Plan& plan);
 
+/// What a call can see, defined once for `choreo check` (FlowTracker, analyze_flow) and `choreo run
+/// --no-leak` (exec::LeakGuard, which keys it by engine message id): messages in encoding order, each with
+/// its owner ("" when public) and the parents its encoding attended to. An encoding carries the private
+/// messages among its parents and everything they carry; it leaks to a reader when it carries a message
+/// private to someone else (a call without an agent, reader "", owns nothing). The cure is `clean`.
+class FlowGraph {
+ public:
+  /// A message private to `owner` may not reach `reader`.
+  static bool is_foreign(const std::string& owner, const std::string& reader) {
+    return !owner.empty() && owner != reader;
+  }
+
+  /// Adds a message encoded over `parents` (earlier indices, in order); returns its index.
+  size_t add(std::string owner, std::vector<size_t> parents);
+
+  size_t size() const { return owners_.size(); }
+  const std::string& owner(size_t i) const { return owners_[i]; }
+  const std::vector<size_t>& parents(size_t i) const { return parents_[i]; }
+  /// The private messages the encoding of `i` carries (sorted; never `i` itself).
+  const std::vector<size_t>& carried(size_t i) const { return carried_[i]; }
+
+  /// True when the encoding of `i` carries a message private to someone other than `reader`.
+  bool leaks_to(size_t i, const std::string& reader) const;
+
+  /// Builds the fresh encoding `clean` asks for: `original` is the message re-encoded; `parents` holds, for
+  /// each of its parents in order, nullopt when dropped (private to another agent: the leak itself) or the
+  /// index to use instead (itself cleaned). Must add() the new message and return its index.
+  using MakeFresh = std::function<size_t(size_t original, const std::vector<std::optional<size_t>>& parents)>;
+
+  /// What `reader` reads instead of `i`: `i` itself when its encoding leaks nothing to `reader`; else a
+  /// fresh encoding of the same tokens whose parents private to others are dropped and whose other parents
+  /// are cleaned the same way, made once per (message, reader) by `make`.
+  size_t clean(size_t i, const std::string& reader, const MakeFresh& make);
+
+ private:
+  std::vector<std::string> owners_;
+  std::vector<std::vector<size_t>> parents_;
+  std::vector<std::vector<size_t>> carried_;
+  std::map<std::pair<size_t, std::string>, size_t> cleaned_;
+};
+
 /// Information flow tracked while a workflow runs, by message name (a later message with the same name
 /// replaces the earlier one for lookups, as a rebinding does in the interpreter).
 class FlowTracker {
@@ -90,13 +133,11 @@ class FlowTracker {
 
  private:
   size_t index_of(const std::string& name) const;
-  size_t clean_at(size_t id, const std::string& reader);
   size_t append(FlowMessage message);
 
-  std::vector<FlowMessage> messages_;
-  std::vector<std::vector<size_t>> carried_;
+  FlowGraph graph_;
+  std::vector<FlowMessage> messages_;  // by graph index
   std::map<std::string, size_t, std::less<>> index_;
-  std::map<std::pair<size_t, std::string>, size_t> cleaned_;  // (message, reader) -> fresh encoding
 };
 
 }  // namespace choreo::dsl

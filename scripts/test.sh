@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: set up (packages, reference tools, build, model), unit + conformance + differential
-# tests (ctest), then the fuzzers (GGUF reader, workflow YAML, expressions, PML, tokenizers, exec calls, eval data, store entries) for a
+# tests (ctest, one test per doctest case, two at a time), the old-vs-new binary comparison, then the fuzzers (GGUF reader, workflow YAML, expressions, PML, tokenizers, exec calls, eval data, store entries) for a
 # bounded time each.
 # Any failed step fails the run.
 set -euo pipefail
@@ -15,7 +15,25 @@ export CHOREO_SHARED="${CHOREO_SHARED:-$ROOT/../shared}"
 [[ -d "$CHOREO_SHARED" ]] || { echo "error: shared data not found at $CHOREO_SHARED (set CHOREO_SHARED)" >&2; exit 1; }
 
 printf '\033[1m==> unit, conformance and differential tests\033[0m\n'
-ctest --test-dir "$ROOT/build" --output-on-failure --timeout 1500
+ctest --test-dir "$ROOT/build" -j2 --output-on-failure --timeout 1500
+
+# The refactor of issue 10 (one elaborator for check and run) must change no output: the binary of the commit
+# before it is built beside this one and every shipped workflow runs on both (scripts/compare_binaries.sh).
+base=e4f4132
+printf '\033[1m==> old vs new binary: every shipped workflow, three modes, two models, against %s\033[0m\n' "$base"
+if git -C "$ROOT" cat-file -e "$base^{commit}" 2>/dev/null; then
+  old="$ROOT/build/compare-base"
+  if [[ ! -x "$old/build/choreo" ]]; then
+    rm -rf "$old"
+    mkdir -p "$old"
+    git -C "$ROOT" archive "$base" | tar -x -C "$old"
+    cmake -S "$old" -B "$old/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCHOREO_TESTS=OFF >/dev/null
+    ninja -C "$old/build" choreo-cli
+  fi
+  scripts/compare_binaries.sh "$old/build/choreo" "$ROOT/build/choreo"
+else
+  echo "SKIP: commit $base is not in this clone's history (a shallow clone?); the comparison needs it"
+fi
 
 printf '\033[1m==> fuzzing: GGUF reader, workflow YAML, expressions, PML, tokenizers, exec calls, eval data, store entries (%s s each)\033[0m\n' "${CHOREO_FUZZ_SECONDS:-45}"
 scripts/fuzz.sh "${CHOREO_FUZZ_SECONDS:-45}"

@@ -14,11 +14,14 @@
 #include <utility>
 #include <vector>
 
+#include "dsl/flow.h"
 #include "runtime/engine/engine.h"
 
 namespace choreo::exec {
 
-/// Rewrites the parents of calls so that no encoding carries another agent's private messages.
+/// Rewrites the parents of calls so that no encoding carries another agent's private messages. The rule is
+/// dsl::FlowGraph's (dsl/flow.h), the one `choreo check` applies; this class only maps engine message ids
+/// to its indices and makes its fresh encodings on the engine.
 class LeakGuard {
  public:
   explicit LeakGuard(runtime::Engine& engine) : engine_(engine) {}
@@ -29,7 +32,7 @@ class LeakGuard {
   int apply(std::vector<runtime::DecodeRequest>& requests);
 
   /// The agents whose private messages the encoding of `id` attended to, directly or through its parents.
-  const std::set<std::string>& taint(kv::MessageId id);
+  std::set<std::string> taint(kv::MessageId id);
 
   /// Fresh encodings made so far.
   int n_reencoded() const { return n_reencoded_; }
@@ -37,13 +40,13 @@ class LeakGuard {
  private:
   template <typename Request>
   int apply_to(std::vector<Request>& requests);
-  bool leaks_to(kv::MessageId id, const std::string& reader);
+  size_t index_of(kv::MessageId id);
   kv::MessageId clean(kv::MessageId id, const std::string& reader);
-  void clean_parents(std::vector<runtime::Parent>& parents, const std::string& reader);
 
   runtime::Engine& engine_;
-  std::map<kv::MessageId, std::set<std::string>> taint_;
-  std::map<std::pair<kv::MessageId, std::string>, kv::MessageId> cleaned_;
+  dsl::FlowGraph graph_;
+  std::map<kv::MessageId, size_t> index_;  // engine message -> graph index
+  std::vector<kv::MessageId> ids_;         // graph index -> engine message
   int n_reencoded_ = 0;
 };
 

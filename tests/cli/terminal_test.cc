@@ -33,7 +33,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TEST_CASE("terminal escaping: controls, DEL, C1 and broken UTF-8 become visible text; the rest passes") {
+TEST_CASE("terminal escaping: controls, DEL, C1 and broken UTF-8 become visible text, the rest passes") {
   const std::map<std::string, std::string> cases = {
       {"plain text\twith a tab\nand a newline", "plain text\twith a tab\nand a newline"},
       {"\x1b]52;c;aGk=\x07", "\\x1b]52;c;aGk=\\x07"},

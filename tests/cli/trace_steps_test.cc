@@ -23,7 +23,7 @@ fs::path workflow_file(const std::string& name) {
   return fs::path(src ? src : ".") / "workflows" / name;
 }
 
-TEST_CASE("run --trace has one steps-to-execution counter track per agent; check --steps prints them") {
+TEST_CASE("run --trace has one steps-to-execution counter track per agent, check --steps prints them") {
   testing::ScratchDir s;
   const fs::path trace = s.path / "t.json";
   testing::ProcessOptions options;

@@ -28,7 +28,7 @@ using Scratch = testing::ScratchDir;
 
 using testing::read_file;
 
-TEST_CASE("atomic writes: a regular file is replaced; a symlink keeps pointing at its replaced target") {
+TEST_CASE("atomic writes: a regular file is replaced, a symlink keeps pointing at its replaced target") {
   Scratch s;
   const fs::path real = s.path / "real.json", link = s.path / "link.json", chain = s.path / "chain.json";
   std::ofstream(real) << "old";
@@ -47,7 +47,7 @@ TEST_CASE("atomic writes: a regular file is replaced; a symlink keeps pointing a
   CHECK(fs::is_symlink(fs::symlink_status(s.path / "dangling.json")));
 }
 
-TEST_CASE("atomic writes: a FIFO is written in place and stays a FIFO; a directory is refused") {
+TEST_CASE("atomic writes: a FIFO is written in place and stays a FIFO, a directory is refused") {
   Scratch s;
   const fs::path fifo = s.path / "pipe";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
@@ -144,7 +144,7 @@ TEST_CASE("hostile: merge -o never deletes what is at its path") {
   CHECK(fs::is_fifo(fs::symlink_status(fifo)));
 }
 
-TEST_CASE("a replaced file keeps its permission bits; appends follow the user's own symlink") {
+TEST_CASE("a replaced file keeps its permission bits, appends follow the user's own symlink") {
   Scratch s;
   const fs::path file = s.path / "private.json";
   std::ofstream(file) << "old";

@@ -138,7 +138,7 @@ TEST_CASE("error excerpt: a long line becomes a bounded window whose caret is on
   }
 }
 
-TEST_CASE("error excerpt: a 5 MB line renders in a few hundred bytes; tabs before the caret stay tabs") {
+TEST_CASE("error excerpt: a 5 MB line renders in a few hundred bytes, tabs before the caret stay tabs") {
   std::string text(5'000'000, 'x');
   text.replace(3'000'000, 3, "\tY\t");
   const InputError e("unexpected Y", "remove it", SourceLocation{"big.jsonl", 1, 3'000'002}, text);
@@ -168,7 +168,7 @@ TEST_CASE("error excerpt: with_message keeps the excerpt, the caret and the hint
   CHECK(character_under_caret(quote_and_caret(wrapped.render())) == line.chars[2499]);
 }
 
-TEST_CASE("error excerpt: columns count characters; clipping never splits one") {
+TEST_CASE("error excerpt: columns count characters, clipping never splits one") {
   const std::string text = "aé中😀b";  // 1 + 2 + 3 + 4 + 1 bytes
   CHECK(column_at_byte(text, 0) == 1);
   CHECK(column_at_byte(text, 1) == 2);

@@ -32,7 +32,7 @@ struct PolicyScope {
   ~PolicyScope() { configure_input_policy(0, {}); }
 };
 
-TEST_CASE("an input file's size is checked before it is read; a directory is named as one") {
+TEST_CASE("an input file's size is checked before it is read, a directory is named as one") {
   ScratchDir s;
   const fs::path sparse = s.path / "huge.yaml";
   {

@@ -86,7 +86,7 @@ TEST_CASE("eval statistics: paired differences resample pairs") {
   CHECK(none.high == 0.0);
 }
 
-TEST_CASE("bootstrap_ratio: the ratio of sums, inside its interval; exact when every pair has the same ratio") {
+TEST_CASE("bootstrap_ratio: the ratio of sums, inside its interval, exact when every pair has the same ratio") {
   const RatioEstimate r = bootstrap_ratio(std::vector<double>{10, 20, 30, 40}, std::vector<double>{1, 4, 3, 2});
   CHECK(r.ratio == doctest::Approx(100.0 / 10.0));
   CHECK(r.low <= r.ratio);

@@ -155,7 +155,7 @@ TEST_CASE("a JSON-lines row nested 100,000 deep is rejected at its bracket by ru
   }
 }
 
-TEST_CASE("JSON lines: the deepest allowed row parses; one level more is an error at its bracket") {
+TEST_CASE("JSON lines: the deepest allowed row parses, one level more is an error at its bracket") {
   for (int n : {dsl::expr::kMaxValueDepth - 1, dsl::expr::kMaxValueDepth}) {
     const std::string row = deep_json_row("\"s\": \"[[[\\\"\", ", "x", n, n % 2 == 0);  // brackets in a string
     const exec::JsonLine line = exec::parse_json_line(3, row);

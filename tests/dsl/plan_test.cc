@@ -128,7 +128,7 @@ TEST_CASE("plan: bsm is plan, two parallel prefills, two parallel solves, merge"
   CHECK(node(given, "request").text == std::optional<std::string>("Task: write a haiku"));
 }
 
-TEST_CASE("plan: maditer keeps all rounds; those after the first `until` check are conditional") {
+TEST_CASE("plan: maditer keeps all rounds, those after the first `until` check are conditional") {
   const Plan plan = compile_file("maditer.yaml");
   CHECK(plan.call_count() == 3 * 4);
   CHECK(batch_sizes(plan) == std::vector<size_t>{4, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
@@ -177,7 +177,7 @@ TEST_CASE("plan: conditions known before the run are evaluated, others kept open
   CHECK(skips.batches[2].conditional);
 }
 
-TEST_CASE("plan: a let known before the run selects exactly; one from generated text selects any candidate") {
+TEST_CASE("plan: a let known before the run selects exactly, one from generated text selects any candidate") {
   const std::string body =
       kHead +
       "steps:\n"
@@ -255,7 +255,7 @@ Dependence dependence_of(const std::string& text) {
   return analyze(expr::parse_expression(text, SourceLocation{"e", 1, 1}), shape_for);
 }
 
-TEST_CASE("plan: moving messages does not read their text; comparing or converting them does") {
+TEST_CASE("plan: moving messages does not read their text, comparing or converting them does") {
   CHECK_FALSE(dependence_of("cot[best]").reads_generated_text);
   CHECK(dependence_of("cot[best]").result.messages == 0b1);
   CHECK_FALSE(dependence_of("[cot[0], cot[1]]").reads_generated_text);

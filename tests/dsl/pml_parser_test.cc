@@ -74,14 +74,14 @@ TEST_CASE("pml whitespace rule on text runs") {
   CHECK_FALSE(d->space_before);
 }
 
-TEST_CASE("pml: entities decode; '<' and '&' written escaped come back as characters") {
+TEST_CASE("pml: entities decode, '<' and '&' written escaped come back as characters") {
   Schema s = parse_schema("<schema name=\"e\">if a &lt; b &amp;&amp; c &gt; d: &quot;x&quot; &apos;y&apos; "
                           "&#65;&#x42;&#xe9;</schema>",
                           "e.pml");
   CHECK(text_of(s.body[0]).text == "if a < b && c > d: \"x\" 'y' AB\xC3\xA9");
 }
 
-TEST_CASE("pml: comments are ignored and do not split a text run; the XML declaration is accepted") {
+TEST_CASE("pml: comments are ignored and do not split a text run, the XML declaration is accepted") {
   Schema s = parse_schema("<?xml version=\"1.0\"?>\n<!-- scenario: 1 -->\n<schema name=\"c\">one <!-- note --> "
                           "two<!-- x --></schema>\n<!-- trailing -->\n",
                           "c.pml");
@@ -89,7 +89,7 @@ TEST_CASE("pml: comments are ignored and do not split a text run; the XML declar
   CHECK(text_of(s.body[0]).text == "one two");
 }
 
-TEST_CASE("pml: role tags become turn marks around their content; a self-closing tag only opens") {
+TEST_CASE("pml: role tags become turn marks around their content, a self-closing tag only opens") {
   Schema s = parse_schema("<schema name=\"r\"><system> Be brief. </system><user><module name=\"q\">Q</module></user>"
                           "<assistant/></schema>",
                           "r.pml");
@@ -110,7 +110,7 @@ TEST_CASE("pml: role tags become turn marks around their content; a self-closing
   CHECK_FALSE(last.closing);
 }
 
-TEST_CASE("pml: a parameter without length gets the documented default; scaffold= is kept") {
+TEST_CASE("pml: a parameter without length gets the documented default, scaffold= is kept") {
   Schema s = parse_schema("<schema name=\"p\"><module name=\"m\"><parameter name=\"city\" scaffold=\"  Paris \"/>"
                           "</module></schema>",
                           "p.pml");

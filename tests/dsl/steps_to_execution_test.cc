@@ -162,7 +162,7 @@ TEST_CASE("steps to execution, by hand: steps the run may skip count as skipped 
 namespace choreo {
 namespace {
 
-TEST_CASE("agents: `private: true` makes an agent's calls private to it; did-you-mean for a misspelt agent") {
+TEST_CASE("agents: `private: true` makes an agent's calls private to it, did-you-mean for a misspelt agent") {
   const std::string yaml = R"yaml(name: a
 agents:
   alice: {description: "keeps her notes", private: true}
@@ -197,7 +197,7 @@ steps:
     FAIL("a misspelt agent was accepted");
   } catch (const InputError& e) {
     CHECK(std::string(e.what()).find("unknown agent `bbo`") != std::string::npos);
-    CHECK(e.render().find("did you mean `bob`") != std::string::npos);
+    CHECK(e.render().find("did you mean 'bob'") != std::string::npos);
   }
   CHECK_THROWS_AS(dsl::parse_workflow(R"yaml(name: a
 agents:

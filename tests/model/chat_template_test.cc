@@ -95,7 +95,7 @@ std::string render_by_affixes(ChatFormat f, const Conversation& c, bool use_prev
 
 }  // namespace
 
-TEST_CASE("chat: format names parse and print; unknown names are an InputError listing the choices") {
+TEST_CASE("chat: format names parse and print, unknown names are an InputError listing the choices") {
   for (const ChatFormat f : {ChatFormat::None, ChatFormat::ChatML, ChatFormat::Llama3, ChatFormat::Llama2}) {
     CHECK(model::parse_chat_format(model::chat_format_name(f)) == f);
   }

@@ -231,7 +231,7 @@ TEST_CASE("synth: rope_freqs follow Llama 3's scaled-frequency rule") {
   CHECK(saw_smooth);
 }
 
-TEST_CASE("synth: same seed, same bytes; weights are N(0, 0.02) and norms near 1") {
+TEST_CASE("synth: same seed, same bytes, weights are N(0, 0.02) and norms near 1") {
   TempDir dir;
   SynthShape s = small_shape();
   s.vocab = SynthVocab::ChatML;

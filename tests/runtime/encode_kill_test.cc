@@ -159,7 +159,7 @@ void check_store_consistent(const fs::path& dir) {
 }  // namespace
 
 TEST_CASE(
-    "encode kill: a choreo encode killed mid-write leaves a readable store; the partial entry is discarded") {
+    "encode kill: a choreo encode killed mid-write leaves a readable store, the partial entry is discarded") {
   const std::string binary = choreo_binary();
   REQUIRE_MESSAGE(fs::exists(binary), "no choreo binary at ", binary, " (build it, or set CHOREO_BIN)");
   const std::string model = testing::shared_file("models/stories260K.gguf");

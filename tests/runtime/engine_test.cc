@@ -360,7 +360,7 @@ TEST_CASE("deduplication: an identical prefill returns the existing encoding and
   CHECK(pool.bytes_in_use() == expected * pool.page_bytes());
 }
 
-TEST_CASE("release returns a message's pages; children keep their encodings; the released id is unknown") {
+TEST_CASE("release returns a message's pages, children keep their encodings, the released id is unknown") {
   const model::Model& m = *stories().model;
   kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);
   Engine e(m, pool);
@@ -379,7 +379,7 @@ TEST_CASE("release returns a message's pages; children keep their encodings; the
   CHECK_THROWS_AS(e.release(0), InputError);  // the BOS
 }
 
-TEST_CASE("isolation: perturbing a non-parent's KV leaves logits bit-identical; perturbing a parent does not") {
+TEST_CASE("isolation: perturbing a non-parent's KV leaves logits bit-identical, perturbing a parent does not") {
   const model::Model& m = *stories().model;
   kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);
   Engine e(m, pool);

@@ -82,7 +82,7 @@ TEST_CASE("eval longbench: passage retrieval and count") {
   CHECK(find_numbers("a1b22c333") == std::vector<std::string>{"1", "22", "333"});
 }
 
-TEST_CASE("eval longbench: a sample's score is the max over gold answers; some datasets keep one line") {
+TEST_CASE("eval longbench: a sample's score is the max over gold answers, some datasets keep one line") {
   ScoreContext context;
   context.gold = {"the city of Paris", "Paris"};
   CHECK(score_sample(Metric::qa_f1, "Paris", context).score == 1.0);

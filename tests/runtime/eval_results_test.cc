@@ -123,7 +123,7 @@ TEST_CASE("eval results: a malformed line that is not the cut-off tail is an err
   CHECK_THROWS_AS(read_results(dir.file("missing.jsonl")), InputError);
 }
 
-TEST_CASE("eval results: merging shards gives the unsharded summary; duplicates must agree") {
+TEST_CASE("eval results: merging shards gives the unsharded summary, duplicates must agree") {
   TempDir dir;
   std::vector<ResultRow> all;
   for (int i = 0; i < 9; ++i) {

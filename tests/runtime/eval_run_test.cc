@@ -249,7 +249,7 @@ TEST_CASE("eval run: a row's computed + reused tokens do not depend on which row
 }
 
 TEST_CASE(
-    "eval run: a MATH output without a box is the answer the workflow extracted; an empty one scores 0") {
+    "eval run: a MATH output without a box is the answer the workflow extracted, an empty one scores 0") {
   // madpar's output is `boxed(...)`: the answer itself. Official rule for text with a box; none here.
   TempDir dir;
   const dsl::Workflow workflow = dsl::parse_workflow(
@@ -351,7 +351,7 @@ TEST_CASE("eval run: --resume runs only the missing (row, mode) pairs, after a c
   CHECK(again.rows.size() == 8);
 }
 
-TEST_CASE("eval run: a row that fails is reported with its line and not written; the others are") {
+TEST_CASE("eval run: a row that fails is reported with its line and not written, the others are") {
   TempDir dir;
   const dsl::Workflow workflow = dsl::parse_workflow(kTiny, "tiny.yaml");
   // stories260K has a 512-token context: a 3000-word problem overflows it at run time.

@@ -182,7 +182,7 @@ TEST_CASE("exec: \"tokens\" and \"header_tokens\" are used exactly as given, byp
   CHECK(ids(out[1]["tokens"]) == direct.engine.decode(d).generated);
 }
 
-TEST_CASE("exec: logprobs are the log-softmax of the logits; top[0] is the max and is the greedy token") {
+TEST_CASE("exec: logprobs are the log-softmax of the logits, top[0] is the max and is the greedy token") {
   const model::Model& m = stories();
   const int k = 5;
   Bench via_file(m);
@@ -383,7 +383,7 @@ TEST_CASE("exec: invalid JSON reports the column where parsing failed") {
   }
 }
 
-TEST_CASE("exec: a context overflow found only while running names its line; earlier lines were written") {
+TEST_CASE("exec: a context overflow found only while running names its line, earlier lines were written") {
   const model::Model& m = stories();
   Bench b(m);
   const int n_ctx = m.config().n_ctx_train;

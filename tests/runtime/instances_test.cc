@@ -127,7 +127,7 @@ TEST_CASE("an instance's error stops that instance only") {
   CHECK(!outcomes[3].result.output.empty());
 }
 
-TEST_CASE("input rows: keys naming inputs are used, others ignored; bad lines are located errors") {
+TEST_CASE("input rows: keys naming inputs are used, others ignored, bad lines are located errors") {
   const dsl::Workflow workflow = dsl::parse_workflow(kDebate, "debate.yaml");
   const std::string path = (std::filesystem::temp_directory_path() / "choreo_rows_test.jsonl").string();
   auto rows_of = [&](const std::string& text) {
@@ -206,7 +206,7 @@ double max_difference(const std::vector<std::vector<float>>& a, const std::vecto
   return worst;
 }
 
-TEST_CASE("--no-leak: Alice's private plan cannot change Bob's logits; without it, it does") {
+TEST_CASE("--no-leak: Alice's private plan cannot change Bob's logits, without it, it does") {
   const std::string plan_a = "Alice planned to share her toys.";
   const std::string plan_b = "She would run away with the big red ball and never come back.";
   // The leak is real: without the guard, Bob's first-step logits depend on Alice's private plan.

@@ -44,7 +44,7 @@ steps:
 output: "{{ answer }}"
 )yaml";
 
-TEST_CASE("a PML message: modules encoded once at their positions; a decode over it equals one plain pass") {
+TEST_CASE("a PML message: modules encoded once at their positions, a decode over it equals one plain pass") {
   auto backend = kernels::make_cpu_backend(2);
   auto model = model::Model::load(testing::shared_file("models/stories260K.gguf"), *backend);
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "choreo_pml_workflow_test";

@@ -114,7 +114,7 @@ std::vector<Token> decode_context(const model::Model& m, const exec::RunResult& 
 
 const char* kQuestion = "What is the capital of France?";
 
-TEST_CASE("hello.yaml runs on stories260K in every mode; the two plain-chat baselines agree") {
+TEST_CASE("hello.yaml runs on stories260K in every mode, the two plain-chat baselines agree") {
   const std::string text = read_workflow_file("hello.yaml");
   exec::RunArguments args{{{"question", "Tell me about a cat."}}, {}};
   std::map<Mode, exec::RunResult> results;
@@ -136,7 +136,7 @@ TEST_CASE("hello.yaml runs on stories260K in every mode; the two plain-chat base
   CHECK(std::equal(header.begin(), header.end(), reply.tokens.begin()));
 }
 
-TEST_CASE("hello.yaml on SmolLM2: the messages spell the plain chat prompt; baselines decode it greedily") {
+TEST_CASE("hello.yaml on SmolLM2: the messages spell the plain chat prompt, baselines decode it greedily") {
   const model::Model& m = smol();
   const std::string text = read_workflow_file("hello.yaml");
   const exec::RunArguments args{{{"question", kQuestion}}, {}};
@@ -178,7 +178,7 @@ TEST_CASE("a prefix chain decodes what a plain session generates on the chat pro
   }
 }
 
-TEST_CASE("a `for` fan-out is one batched engine call; results form a list in branch order") {
+TEST_CASE("a `for` fan-out is one batched engine call, results form a list in branch order") {
   const char* fan = R"Y(
 name: fan
 params: {n: 3}

@@ -78,7 +78,7 @@ TEST_CASE("pml layout: modules, parameters and unions get the positions the defi
   CHECK(l.top_modules == std::vector<int>{0, 1, 2});
 }
 
-TEST_CASE("pml layout: without scaffold= a union is a gap for the rest of the schema; cache=false pieces are not "
+TEST_CASE("pml layout: without scaffold= a union is a gap for the rest of the schema, cache=false pieces are not "
           "scaffold") {
   const model::Model& m = *stories().model;
   Layout l = lay_out(dsl::pml::parse_schema("<schema name=\"s\">A.<union><module name=\"x\">B.</module>"

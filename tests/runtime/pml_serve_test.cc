@@ -94,7 +94,7 @@ TEST_CASE("pml property: modules imported in schema order decode like one pass o
   CHECK(again.messages == enc.messages);
 }
 
-TEST_CASE("pml serve: arguments fill parameter slots at their positions; cache=false modules are encoded per "
+TEST_CASE("pml serve: arguments fill parameter slots at their positions, cache=false modules are encoded per "
           "request") {
   const model::Model& m = *stories().model;
   kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);

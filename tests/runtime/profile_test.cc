@@ -27,7 +27,7 @@ steps:
 output: "{{ answer[1][0] }}"
 )yaml";
 
-TEST_CASE("profile: choreo decodes are forced to the baseline's token counts; steps are the decode batches") {
+TEST_CASE("profile: choreo decodes are forced to the baseline's token counts, steps are the decode batches") {
   auto backend = kernels::make_cpu_backend(2);
   auto model = model::Model::load(testing::shared_file("models/stories260K.gguf"), *backend);
   const dsl::Workflow workflow = dsl::parse_workflow(kRounds, "rounds.yaml");

@@ -62,7 +62,7 @@ std::vector<std::string> names_in(const fs::path& dir) {
 }
 
 TEST_CASE(
-    "store: a saved entry reads back byte for byte; only <key>.ckv (the lock and the marker) remain in the "
+    "store: a saved entry reads back byte for byte, only <key>.ckv (the lock and the marker) remain in the "
     "directory") {
   ScratchDir dir;
   Warnings w;

@@ -215,7 +215,7 @@ TEST_CASE(
   CHECK(reader.load(e.store().get(d).key).has_value());
 }
 
-TEST_CASE("store + engine: persist_prefills saves every computed prefill; without a store nothing changes") {
+TEST_CASE("store + engine: persist_prefills saves every computed prefill, without a store nothing changes") {
   testing::ScratchDir dir;
   store::DiskStore disk(dir.str());
   {

@@ -64,7 +64,7 @@ TEST_CASE("store format: an encoded entry parses back to the same metadata, page
   }
 }
 
-TEST_CASE("store format: every flipped byte of the header is detected; a flipped page byte fails that page") {
+TEST_CASE("store format: every flipped byte of the header is detected, a flipped page byte fails that page") {
   testing::SyntheticEntry e = testing::synthetic_entry(42, 6, 5);
   const std::vector<uint8_t> good = file_bytes(e);
   const size_t header = store::header_bytes(e.meta);
@@ -121,7 +121,7 @@ std::vector<std::span<const uint8_t>> page_spans(const testing::SyntheticEntry& 
 }
 
 TEST_CASE(
-    "store format: a signed entry verifies under its key only; no flipped byte anywhere in it goes unnoticed "
+    "store format: a signed entry verifies under its key only, no flipped byte anywhere in it goes unnoticed "
     "by the parse, the page checksums and the MAC together") {
   testing::ScratchDir keys;
   const std::string key_path = (keys.path / "key").string();
@@ -158,7 +158,7 @@ TEST_CASE("store format: a version 1 entry (no MAC field) is refused as another 
   CHECK(store::parse_entry(file).problem == EntryProblem::FormatVersion);
 }
 
-TEST_CASE("store format: keys print as 16 hex digits and parse back; anything else is not a key") {
+TEST_CASE("store format: keys print as 16 hex digits and parse back, anything else is not a key") {
   CHECK(store::key_hex(0x00ab00cd00ef0012ull) == "00ab00cd00ef0012");
   CHECK(store::parse_key_hex("00AB00cd00ef0012") == 0x00ab00cd00ef0012ull);
   CHECK(!store::parse_key_hex("00ab00cd00ef001"));

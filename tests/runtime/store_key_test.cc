@@ -43,7 +43,7 @@ std::string write_key(const fs::path& path, size_t n, unsigned seed, mode_t mode
 }
 
 TEST_CASE(
-    "store key: a key file is 32 to 4096 bytes that only its owner can access; anything else is refused") {
+    "store key: a key file is 32 to 4096 bytes that only its owner can access, anything else is refused") {
   ScratchDir dir;
   CHECK_NOTHROW(store::EntryAuthenticator::from_key_file(write_key(dir.path / "good", 32, 1)));
   CHECK_NOTHROW(store::EntryAuthenticator::from_key_file(write_key(dir.path / "long", 4096, 1, 0400)));
@@ -70,7 +70,7 @@ TEST_CASE(
   CHECK(refused.get().find("not a regular file") != std::string::npos);
 }
 
-TEST_CASE("store key: --store-key-file wins over $CHOREO_STORE_KEY_FILE; neither means an unkeyed store") {
+TEST_CASE("store key: --store-key-file wins over $CHOREO_STORE_KEY_FILE, neither means an unkeyed store") {
   ScratchDir dir;
   const std::string a = write_key(dir.path / "a", 32, 1), b = write_key(dir.path / "b", 32, 2);
   const std::array<uint8_t, 4> bytes{1, 2, 3, 4};
@@ -92,7 +92,7 @@ TEST_CASE("store key: --store-key-file wins over $CHOREO_STORE_KEY_FILE; neither
 
 TEST_CASE(
     "store key: a keyed store signs what it writes and rejects (reports, treats as absent) entries without "
-    "its MAC; an unkeyed reader still reads signed entries") {
+    "its MAC, an unkeyed reader still reads signed entries") {
   ScratchDir dir, keys;
   const auto key = store::EntryAuthenticator::from_key_file(write_key(keys.path / "k", 32, 7));
   const auto other = store::EntryAuthenticator::from_key_file(write_key(keys.path / "o", 48, 8));
@@ -142,7 +142,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "store key: choreo encode --store-key-file signs its entries; stat and ls --verify under another key "
+    "store key: choreo encode --store-key-file signs its entries, stat and ls --verify under another key "
     "report them, and encode under that key recomputes and re-signs") {
   ScratchDir scratch;
   const fs::path store = scratch.path / "store", logs = scratch.path / "logs";
