@@ -32,12 +32,12 @@ if git -C "$ROOT" cat-file -e "$base^{commit}" 2>/dev/null; then
     cmake -S "$old" -B "$old/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCHOREO_TESTS=OFF >/dev/null
     ninja -C "$old/build" choreo-cli
   fi
-  scripts/compare_binaries.sh "$old/build/choreo" "$ROOT/build/choreo"
+  MAX_TOKENS="${MAX_TOKENS:-16}" scripts/compare_binaries.sh "$old/build/choreo" "$ROOT/build/choreo"
 else
   echo "SKIP: commit $base is not in this clone's history (a shallow clone?); the comparison needs it"
 fi
 
-printf '\033[1m==> fuzzing: GGUF reader, workflow YAML, expressions, PML, tokenizers, exec calls, eval data, store entries (%s s each)\033[0m\n' "${CHOREO_FUZZ_SECONDS:-45}"
-scripts/fuzz.sh "${CHOREO_FUZZ_SECONDS:-45}"
+printf '\033[1m==> fuzzing: GGUF reader, workflow YAML, expressions, PML, tokenizers, exec calls, eval data, store entries (%s s each)\033[0m\n' "${CHOREO_FUZZ_SECONDS:-30}"
+scripts/fuzz.sh "${CHOREO_FUZZ_SECONDS:-30}"
 
 echo "all test steps passed in $(( $(date +%s) - start )) s"
