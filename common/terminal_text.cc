@@ -45,6 +45,14 @@ Sequence read_sequence(std::string_view s) {
   return {Sequence::Valid, n, codepoint};
 }
 
+/// The Unicode bidirectional controls (LRE, RLE, PDF, LRO, RLO; LRI, RLI, FSI, PDI; LRM, RLM, ALM): they
+/// reorder what a terminal shows, so model text could make the line it prints read differently from its
+/// bytes ("Trojan Source", CVE-2021-42574).
+bool is_bidi_control(uint32_t c) {
+  return (c >= 0x202A && c <= 0x202E) || (c >= 0x2066 && c <= 0x2069) || c == 0x200E || c == 0x200F ||
+         c == 0x061C;
+}
+
 /// Escapes `text`; stops before an unfinished sequence at its end unless `at_end`, and returns where it
 /// stopped.
 size_t escape_into(std::string& out, std::string_view text, bool at_end) {
@@ -60,7 +68,7 @@ size_t escape_into(std::string& out, std::string_view text, bool at_end) {
     const uint32_t c = seq.codepoint;
     if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7F)
       out += fmt::format("\\x{:02x}", c);
-    else if (c >= 0x80 && c <= 0x9F)
+    else if ((c >= 0x80 && c <= 0x9F) || is_bidi_control(c))
       out += fmt::format("\\u{:04x}", c);
     else
       out.append(text.substr(i, seq.length));

@@ -3,7 +3,8 @@
 // clears the screen, CSI as the one character U+009B) that a terminal would obey. What goes to a terminal is
 // therefore escaped: every C0 control but newline and tab, DEL, the C1 controls U+0080..U+009F and every
 // byte that is not part of valid UTF-8 are shown as text: a byte as \xNN (ESC is \x1b, CR \x0d), a C1
-// control as \u00NN (CSI is \u009b). Everything else (printable ASCII, newline, tab, any other character)
+// control as \u00NN (CSI is \u009b). So are the bidirectional controls (U+202A..U+202E, U+2066..U+2069,
+// U+200E, U+200F, U+061C: \u202e), which would make a line read differently from its bytes. Everything else (printable ASCII, newline, tab, any other character)
 // is passed as it is. Pipes and files get the model's exact bytes: callers escape only when isatty().
 
 #include <string>

@@ -50,6 +50,10 @@ TEST_CASE("terminal escaping: controls, DEL, C1 and broken UTF-8 become visible 
       {"\xc0\x80 \xed\xa0\x80 \xf4\x90\x80\x80",
        "\\xc0\\x80 \\xed\\xa0\\x80 \\xf4\\x90\\x80\\x80"},  // overlong, surrogate, >U+10FFFF
       {"end \xe4\xb8", "end \\xe4\\xb8"},                   // cut off at the end of the text
+      // Bidirectional controls reorder what a terminal shows (Trojan Source): RLO, LRI, PDI, RLM, ALM.
+      {"if \xe2\x80\xae{ admin }\xe2\x81\xa6x\xe2\x81\xa9 \xe2\x80\x8f \xd8\x9c",
+       "if \\u202e{ admin }\\u2066x\\u2069 \\u200f \\u061c"},
+      {"\xe2\x80\x8b \xe2\x80\xaf", "\xe2\x80\x8b \xe2\x80\xaf"},  // U+200B, U+202F are not controls
   };
   for (const auto& [text, expected] : cases) {
     CAPTURE(text);
