@@ -19,7 +19,7 @@ namespace {
 struct ExecOptions {
   std::string model_path, calls_path, mode = "choreo";
   int n_threads = 0;
-  int cache_mib = 4096;
+  TierOptions tiers;
   int page_tokens = 32;
 };
 
@@ -30,8 +30,9 @@ void run_exec(const ExecOptions& o) {
   std::istringstream calls(read_input_file(from_stdin ? "/dev/stdin" : o.calls_path,
                                            from_stdin ? "calls input" : "calls file", input_policy().file_bytes));
   LoadedModel lm = load_model(o.model_path, o.n_threads);
-  kv::PagePool pool(lm.model->kv_layout(o.page_tokens), size_t(o.cache_mib) << 20);
+  kv::PagePool pool(lm.model->kv_layout(o.page_tokens), o.tiers.t0_bytes());
   runtime::Engine engine(*lm.model, pool, mode);
+  engine.set_tiers(o.tiers.tiers());
   exec::run_calls(calls, from_stdin ? "<stdin>" : o.calls_path, engine, std::cout);
 }
 
@@ -45,8 +46,7 @@ void register_exec(CLI::App& app) {
   cmd->add_option("--mode", o->mode,
                   "engine path: choreo (default; reuse cached parents), prefix or naive (chat-API baselines)")
       ->check(CLI::IsMember({"choreo", "prefix", "naive"}));
-  cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget in MiB (default 4096)")
-      ->check(at_least(1));
+  add_tier_options(*cmd, o->tiers);
   add_page_tokens_option(*cmd, o->page_tokens);
   cmd->callback([o] { run_exec(*o); });
 }

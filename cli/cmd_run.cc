@@ -41,7 +41,7 @@ struct RunOptions {
   int concurrency = 8;
   int limit = 0;
   bool no_leak = false;
-  int cache_mib = 4096;
+  TierOptions tiers;
   int page_tokens = 32;
   int64_t max_steps = dsl::kDefaultMaxSteps;
 };
@@ -80,12 +80,13 @@ std::string agent_colour(const dsl::Workflow& workflow, const std::string& agent
 /// The JSON document `--json` writes: the run(s) with the workflow, model and mode.
 nlohmann::ordered_json document(const dsl::Workflow& workflow, const RunOptions& o, const std::string& model_path,
                                 const std::vector<exec::InputRow>& rows,
-                                const std::vector<exec::InstanceOutcome>& outcomes) {
+                                const std::vector<exec::InstanceOutcome>& outcomes, const kv::TierStats& tiers) {
   nlohmann::ordered_json j;
   j["workflow"] = workflow.name.value;
   j["model"] = model_path;
   j["mode"] = o.mode;
   j["no_leak"] = o.no_leak;
+  j["tiers"] = tiers_json(o.tiers, tiers);
   // A failed instance keeps what it did before the error, marked incomplete.
   auto run_of = [](const exec::InstanceOutcome& outcome) {
     nlohmann::ordered_json e;
@@ -112,9 +113,10 @@ nlohmann::ordered_json document(const dsl::Workflow& workflow, const RunOptions&
 /// Writes --json and --trace (when asked for): every instance, failed ones with what they did before the
 /// error, marked incomplete.
 void write_outputs(const dsl::Workflow& workflow, const RunOptions& o, const std::string& model_path,
-                   const std::vector<exec::InputRow>& rows, const std::vector<exec::InstanceOutcome>& outcomes) {
+                   const std::vector<exec::InputRow>& rows, const std::vector<exec::InstanceOutcome>& outcomes,
+                   const kv::TierStats& tiers) {
   if (!o.json_path.empty())
-    write_file_atomically(o.json_path, document(workflow, o, model_path, rows, outcomes)
+    write_file_atomically(o.json_path, document(workflow, o, model_path, rows, outcomes, tiers)
                                                .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
                                            "\n");
   if (o.trace_path.empty()) return;
@@ -130,7 +132,8 @@ void write_outputs(const dsl::Workflow& workflow, const RunOptions& o, const std
 /// The last line of a run, on stderr (stdout stays the workflow's text): what the engine computed and
 /// reused, the time to the first generated token, and what a prefix-caching chat baseline would have
 /// computed for the same calls (counted from the run's tokens, not run: runtime/exec/baseline_count.h).
-void print_summary(const std::vector<exec::InstanceOutcome>& outcomes, const model::Vocab& vocab) {
+void print_summary(const std::vector<exec::InstanceOutcome>& outcomes, const model::Vocab& vocab,
+                   const kv::TierStats& tiers) {
   int64_t computed = 0, reused = 0, calls = 0;
   exec::BaselineCount baseline;
   std::optional<double> ttft_ms;
@@ -157,6 +160,7 @@ void print_summary(const std::vector<exec::InstanceOutcome>& outcomes, const mod
   line += fmt::format("; a prefix-caching chat baseline would compute {} tokens", baseline.computed);
   if (computed > 0) line += fmt::format(" ({:.1f}x)", double(baseline.computed) / double(computed));
   std::fprintf(stderr, "%s\n", line.c_str());
+  if (tiers.t0_evictions > 0) std::fprintf(stderr, "%s\n", tiers_line(tiers).c_str());
 }
 
 /// Prints an error that stopped one instance (of several) and keeps going.
@@ -174,8 +178,9 @@ void run_run(const RunOptions& o) {
   if (!o.json_path.empty()) check_writable(o.json_path, "--json");
   if (!o.trace_path.empty()) check_writable(o.trace_path, "--trace");
   LoadedModel lm = load_model(resolve_model(o, workflow), o.n_threads);
-  kv::PagePool pool(lm.model->kv_layout(o.page_tokens), size_t(o.cache_mib) << 20);
+  kv::PagePool pool(lm.model->kv_layout(o.page_tokens), o.tiers.t0_bytes());
   runtime::Engine engine(*lm.model, pool, mode);
+  engine.set_tiers(o.tiers.tiers());
   // Encodings saved by `choreo encode` (PML modules) are read from the persistent store; run writes nothing.
   std::unique_ptr<store::DiskStore> disk;
   if (!o.no_store && mode == runtime::Mode::Choreo) {
@@ -203,7 +208,7 @@ void run_run(const RunOptions& o) {
     options.hooks = [&](size_t) { return hooks; };
     outcomes = exec::run_instances(workflow, engine, {arguments}, options);
     if (outcomes[0].error) {
-      write_outputs(workflow, o, lm.model->file().path(), rows, outcomes);  // what was done, marked incomplete
+      write_outputs(workflow, o, lm.model->file().path(), rows, outcomes, engine.tier_stats());  // marked incomplete
       std::rethrow_exception(outcomes[0].error);
     }
     if (workflow.output)
@@ -245,8 +250,8 @@ void run_run(const RunOptions& o) {
                            : fmt::format("── row {} output\n", rows[i].line))
                 << shown(outcomes[i].result.output) << "\n";
   }
-  write_outputs(workflow, o, lm.model->file().path(), rows, outcomes);
-  print_summary(outcomes, lm.model->vocab());
+  write_outputs(workflow, o, lm.model->file().path(), rows, outcomes, engine.tier_stats());
+  print_summary(outcomes, lm.model->vocab(), engine.tier_stats());
   if (failed > 0)
     throw InputError(fmt::format("{} of {} rows failed (errors above)", failed, rows.size()),
                      "the other rows ran; fix the failing rows and run them again");
@@ -281,8 +286,7 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--no-store", o->no_store, "do not read encodings from the persistent store");
   cmd->add_flag("--no-leak", o->no_leak,
                 "re-encode parents whose encoding carries another agent's private messages (see choreo check)");
-  cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget in MiB (default 4096)")
-      ->check(at_least(1));
+  add_tier_options(*cmd, o->tiers);
   add_page_tokens_option(*cmd, o->page_tokens);
   add_max_steps_option(*cmd, o->max_steps);
   cmd->callback([o] { run_run(*o); });

@@ -55,6 +55,52 @@ void add_page_tokens_option(CLI::App& cmd, int& page_tokens) {
       ->check(CLI::Range(1, kernels::kMaxPageTokens));
 }
 
+kv::TierSettings TierOptions::tiers() const {
+  return {size_t(host_cache_mib) << 20, kv::parse_eviction_policy(evict)};
+}
+
+void add_tier_options(CLI::App& cmd, TierOptions& cache) {
+  cmd.add_option("--cache-mib", cache.cache_mib,
+                 "T0 KV budget in MiB: the page pool attention reads (default 4096); when full, messages no "
+                 "running call uses move to T1 or are dropped and recomputed if needed again")
+      ->check(at_least(1));
+  cmd.add_option("--host-cache-mib", cache.host_cache_mib,
+                 "T1 KV budget in MiB: host memory keeping pages evicted from T0 (default 0: none)")
+      ->check(at_least(0));
+  cmd.add_option("--evict", cache.evict,
+                 "eviction policy: workflow (default; KVFlow: the message read the most steps from now goes "
+                 "first) or lru")
+      ->check(CLI::IsMember({"workflow", "lru"}));
+}
+
+nlohmann::ordered_json tiers_json(const TierOptions& options, const kv::TierStats& s) {
+  return {
+      {"policy", options.evict},
+      {"t0_budget_bytes", options.t0_bytes()},
+      {"t1_budget_bytes", size_t(options.host_cache_mib) << 20},
+      {"t0_peak_bytes", s.t0_peak_bytes},
+      {"t1_peak_bytes", s.t1_peak_bytes},
+      {"t0_evictions", s.t0_evictions},
+      {"t1_offloads", s.t1_offloads},
+      {"t1_offload_bytes", s.t1_offload_bytes},
+      {"t1_hits", s.t1_hits},
+      {"t1_load_bytes", s.t1_load_bytes},
+      {"t1_load_tokens", s.t1_load_tokens},
+      {"t1_evictions", s.t1_evictions},
+      {"recomputes", s.recomputes},
+      {"recomputed_tokens", s.recomputed_tokens},
+      {"load_ms", s.load_ms},
+  };
+}
+
+std::string tiers_line(const kv::TierStats& s) {
+  return fmt::format(
+      "cache: {} evictions from T0 (peak {:.1f} MiB); {} loads from T1 ({} tokens, peak {:.1f} MiB); {} "
+      "recomputes ({} tokens); {:.0f} ms loading",
+      s.t0_evictions, s.t0_peak_bytes / 1048576.0, s.t1_hits, s.t1_load_tokens, s.t1_peak_bytes / 1048576.0,
+      s.recomputes, s.recomputed_tokens, s.load_ms);
+}
+
 void add_max_steps_option(CLI::App& cmd, int64_t& max_steps) {
   cmd.add_option("--max-steps", max_steps,
                  fmt::format("work bound of the workflow: loop iterations and calls it may take (default {})",

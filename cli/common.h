@@ -8,8 +8,10 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "kernels/backend.h"
+#include "runtime/kv/tiers.h"
 #include "runtime/model/llama.h"
 
 namespace choreo::cli {
@@ -38,6 +40,21 @@ CLI::Validator at_least(long min);
 
 /// Adds `--page-tokens` (tokens per KV page, 1 to kernels::kMaxPageTokens) to a subcommand.
 void add_page_tokens_option(CLI::App& cmd, int& page_tokens);
+
+/// The KV tiers of an engine (runtime/kv/tiers.h, docs/store.md "Tiers"): `--cache-mib` (T0, the page pool
+/// attention reads), `--host-cache-mib` (T1, host memory for pages evicted from T0) and `--evict` (policy).
+struct TierOptions {
+  int cache_mib = 4096;
+  int host_cache_mib = 0;
+  std::string evict = "workflow";
+  size_t t0_bytes() const { return size_t(cache_mib) << 20; }
+  kv::TierSettings tiers() const;
+};
+void add_tier_options(CLI::App& cmd, TierOptions& cache);
+/// The tiers' settings and what they did, for --json.
+nlohmann::ordered_json tiers_json(const TierOptions& options, const kv::TierStats& stats);
+/// One line on what the tiers did ("cache: ...").
+std::string tiers_line(const kv::TierStats& stats);
 
 /// Adds `--max-steps` (the work bound of a workflow run or check: loop iterations and calls, dsl/budget.h).
 void add_max_steps_option(CLI::App& cmd, int64_t& max_steps);

@@ -55,6 +55,25 @@ struct Engine::Work {
   std::vector<float> logits;
 };
 
+/// Messages a call is using: resident in T0 and not evictable until it ends.
+class Engine::Held {
+ public:
+  explicit Held(kv::MessageStore& store) : store_(store) {}
+  ~Held() {
+    for (kv::MessageId id : ids_) --store_.record(id).in_use;
+  }
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+  void add(kv::Message& m) {
+    ++m.in_use;
+    ids_.push_back(m.id);
+  }
+
+ private:
+  kv::MessageStore& store_;
+  std::vector<kv::MessageId> ids_;
+};
+
 Engine::Engine(const model::Model& model, kv::PagePool& pool, Mode mode, int max_batch)
     : model_(model),
       store_(pool, model.fingerprint()),
@@ -74,6 +93,7 @@ Engine::Engine(const model::Model& model, kv::PagePool& pool, Mode mode, int max
     bos.pins = 1;
     bos_ = bos.id;
   }
+  store_.pool().set_reclaimer([this] { return evict_one(); });
   const ModeContext context{store_, first_pos(), n_ctx_};
   switch (mode) {
     case Mode::Choreo: call_mode_ = make_choreo_mode(context); break;
@@ -82,7 +102,7 @@ Engine::Engine(const model::Model& model, kv::PagePool& pool, Mode mode, int max
   }
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() { store_.pool().set_reclaimer(nullptr); }
 
 std::vector<kernels::KvSegment> Engine::segments_for(Work& w) {
   std::vector<kernels::KvSegment> segs;
@@ -91,7 +111,7 @@ std::vector<kernels::KvSegment> Engine::segments_for(Work& w) {
     segs.push_back({b.pages.pages(), 1, 0, -1});
   }
   for (const PlacedView& v : w.views) {
-    const kv::Message& m = store_.get(v.message);
+    const kv::Message& m = store_.record(v.message);  // a released parent, while a child is recomputed
     if (v.delta != 0 && repositioning_ == Repositioning::KeyRerotation) {
       // Reference path: a copy of the parent whose keys are rotated by +delta, attended with delta 0.
       auto copy = std::make_unique<kv::PageList>(store_.pool());
@@ -189,6 +209,7 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
   works.reserve(requests.size());
   std::vector<size_t> work_of(requests.size(), SIZE_MAX);
   std::unordered_map<uint64_t, size_t> first_with_key;
+  std::vector<size_t> work_request;  // the request each work was made for
   const bool encode_now = call_mode_->encodes_prefills();
   for (size_t i = 0; i < requests.size(); ++i) {
     const PrefillRequest& r = requests[i];
@@ -228,9 +249,15 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
     }
     kv::Message& m = new_message(store_, pl, r.agent, r.visibility, r.tokens);
     works.push_back({&m, pl.parents, false, {}});
+    work_request.push_back(i);
     work_of[i] = works.size() - 1;
     first_with_key.emplace(key, works.size() - 1);
     results[i].stats.n_computed = int(r.tokens.size());
+  }
+  Held held(store_);
+  for (size_t k = 0; k < works.size(); ++k) {
+    hold(works[k].msg->id, held, nullptr);
+    for (const PlacedView& v : works[k].views) hold(v.message, held, &results[work_request[k]].stats);
   }
   std::vector<Work*> ptrs;
   for (Work& w : works) ptrs.push_back(&w);
@@ -283,6 +310,11 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
     works[i] = {layouts[i].encoded, layouts[i].views, true, {}};
     results[i].stats.n_reused = layouts[i].n_reused;
     results[i].stats.start_pos = layouts[i].encoded->start_pos;
+  }
+  Held held(store_);
+  for (size_t i = 0; i < n; ++i) {
+    hold(works[i].msg->id, held, nullptr);
+    for (const PlacedView& v : works[i].views) hold(v.message, held, &results[i].stats);
   }
 
   generate(requests, works, results, t0);
@@ -371,6 +403,166 @@ void Engine::generate(std::span<const DecodeRequest> requests, std::vector<Work>
   }
 }
 
+// ---- KV tiers (runtime/kv/tiers.h, docs/store.md "Tiers") ------------------------------------------
+
+void Engine::set_tiers(const kv::TierSettings& settings) {
+  tiers_ = settings;
+  host_.set_budget(settings.host_bytes);
+  // A smaller T1 budget than what it holds now: drop copies until it fits.
+  while (host_.bytes_in_use() > host_.budget_bytes() && make_host_room(host_.bytes_in_use() - host_.budget_bytes(), kv::kNoMessage)) {
+  }
+}
+
+kv::TierStats Engine::tier_stats() const {
+  kv::TierStats s = tier_stats_;
+  s.t0_peak_bytes = store_.pool().peak_bytes();
+  s.t1_peak_bytes = host_.peak_bytes();
+  return s;
+}
+
+void Engine::prefetch(kv::MessageId id) {
+  if (!store_.contains(id)) throw InputError(fmt::format("prefetch: unknown message {}", id));
+  make_resident(store_.get(id), nullptr);
+}
+
+void Engine::hold(kv::MessageId id, Held& held, CallStats* stats) {
+  kv::Message& m = store_.record(id);
+  make_resident(m, stats);
+  held.add(m);
+}
+
+void Engine::make_resident(kv::Message& m, CallStats* stats) {
+  m.last_use = store_.tick();
+  if (m.resident() || !m.complete()) return;  // in T0 already, or nothing encoded to bring back
+  const double t0 = now_ms();
+  if (!m.host.empty()) {
+    // T1 -> T0: a memory copy on the CPU backend. The T1 copy stays (the pages are immutable), so evicting
+    // the message again costs nothing.
+    // Allocating its pages may evict other messages to T1; the copy is held aside meanwhile so that making
+    // room in T1 cannot drop it. Its own first pages must not make it a candidate either.
+    kv::HostCopy copy = std::move(m.host);
+    try {
+      Held loading(store_);
+      loading.add(m);
+      m.pages.reserve(int(m.tokens.size()));
+    } catch (...) {
+      m.pages.clear();
+      m.host = std::move(copy);
+      throw;
+    }
+    const size_t n = std::min(m.pages.pages().size(), copy.n_pages());
+    for (size_t p = 0; p < n; ++p) std::memcpy(m.pages.pages()[p], copy.page(p), store_.pool().page_bytes());
+    m.host = std::move(copy);
+    ++tier_stats_.t1_hits;
+    tier_stats_.t1_load_bytes += n * store_.pool().page_bytes();
+    tier_stats_.t1_load_tokens += m.tokens.size();
+    if (stats) stats->n_loaded += int(m.tokens.size());
+  } else {
+    recompute(m, stats);
+  }
+  const double dt = now_ms() - t0;
+  tier_stats_.load_ms += dt;
+  if (stats) stats->load_ms += dt;
+}
+
+void Engine::recompute(kv::Message& m, CallStats* stats) {
+  // The encoding is a function of the tokens, their positions and the parents' encodings at their offsets;
+  // the kernels are batch invariant, so encoding it again alone gives the bits it had.
+  Held parents(store_);
+  std::vector<PlacedView> views;
+  for (const kv::PlacedParent& p : m.parents) {
+    hold(p.message, parents, stats);
+    const kv::Message& pm = store_.record(p.message);
+    const int n = p.n_tokens >= 0 ? p.n_tokens : int(pm.tokens.size());
+    views.push_back({p.message, p.offset, n, p.offset - pm.start_pos});
+  }
+  const int n_tokens = m.n_encoded;
+  m.n_encoded = 0;
+  Work w{&m, std::move(views), false, {}};
+  Work* wp = &w;
+  try {
+    encode(std::span<Work*>(&wp, 1));
+  } catch (...) {
+    // Back to evicted, whole: a later call recomputes it again.
+    m.pages.clear();
+    m.n_encoded = n_tokens;
+    throw;
+  }
+  ++tier_stats_.recomputes;
+  tier_stats_.recomputed_tokens += n_tokens;
+  if (stats) stats->n_recomputed += n_tokens;
+}
+
+bool Engine::evict_one() {
+  std::vector<kv::EvictionCandidate> candidates;
+  size_t held_pages = 0;
+  std::vector<std::string> held;
+  for (kv::MessageId id = 0; id < store_.n_records(); ++id) {
+    kv::Message* m = store_.record_or_null(id);
+    if (!m || !m->resident()) continue;
+    if (!m->complete() || m->in_use > 0 || m->pins > 0 || id == bos_) {
+      held_pages += m->pages.pages().size();
+      if (held.size() < 6 && id != bos_)
+        held.push_back(fmt::format("message {}{} ({} tokens{})", id,
+                                   m->agent.empty() ? "" : fmt::format(" of agent '{}'", m->agent),
+                                   m->tokens.size(), m->pins > 0 ? ", pinned" : ""));
+      continue;
+    }
+    std::optional<size_t> steps;
+    if (tiers_.policy == kv::EvictionPolicy::Workflow && !m->released) steps = step_oracles_.steps_to_execution(id);
+    candidates.push_back({id, steps, m->n_children > 0, m->released, m->last_use});
+  }
+  if (candidates.empty()) {
+    const kv::PagePool& pool = store_.pool();
+    throw InputError(
+        fmt::format("KV cache budget (T0) of {:.1f} MiB cannot hold what the running calls need: {} pages of "
+                    "{:.2f} MiB are in use or pinned{}{}",
+                    pool.budget_bytes() / 1048576.0, held_pages, pool.page_bytes() / 1048576.0,
+                    held.empty() ? "" : ", by ", fmt::join(held, ", ")),
+        "raise the cache budget (--cache-mib), or give the calls fewer or shorter parents");
+  }
+  kv::order_for_eviction(candidates, tiers_.policy);
+  offload(store_.record(candidates.front().id));
+  return true;
+}
+
+void Engine::offload(kv::Message& m) {
+  const kv::PagePool& pool = store_.pool();
+  const size_t n_pages = (m.tokens.size() + pool.layout().page_tokens - 1) / pool.layout().page_tokens;
+  const size_t bytes = n_pages * pool.page_bytes();
+  if (m.host.empty() && !m.released && bytes <= host_.budget_bytes() &&
+      (host_.fits(bytes) || make_host_room(bytes, m.id))) {
+    m.host = kv::HostCopy(host_, n_pages, pool.layout().page_floats());
+    for (size_t p = 0; p < n_pages; ++p) std::memcpy(m.host.page(p), m.pages.pages()[p], pool.page_bytes());
+    ++tier_stats_.t1_offloads;
+    tier_stats_.t1_offload_bytes += bytes;
+  }
+  m.pages.clear();
+  ++tier_stats_.t0_evictions;
+}
+
+bool Engine::make_host_room(size_t bytes, kv::MessageId keep) {
+  // Copies of messages still in T0 go first (dropping them loses nothing now), each group in policy order.
+  std::vector<kv::EvictionCandidate> resident, evicted;
+  for (kv::MessageId id = 0; id < store_.n_records(); ++id) {
+    kv::Message* m = store_.record_or_null(id);
+    if (!m || m->host.empty() || id == keep) continue;
+    std::optional<size_t> steps;
+    if (tiers_.policy == kv::EvictionPolicy::Workflow && !m->released) steps = step_oracles_.steps_to_execution(id);
+    (m->resident() ? resident : evicted).push_back({id, steps, m->n_children > 0, m->released, m->last_use});
+  }
+  kv::order_for_eviction(resident, tiers_.policy);
+  kv::order_for_eviction(evicted, tiers_.policy);
+  resident.insert(resident.end(), evicted.begin(), evicted.end());
+  const size_t target = host_.budget_bytes() >= bytes ? host_.budget_bytes() - bytes : 0;
+  for (const kv::EvictionCandidate& c : resident) {
+    if (host_.bytes_in_use() <= target) break;
+    store_.record(c.id).host.reset();
+    ++tier_stats_.t1_evictions;
+  }
+  return host_.bytes_in_use() <= target;
+}
+
 // ---- the persistent store (docs/store.md) ----------------------------------------------------------
 
 void Engine::set_disk_store(store::DiskStore* disk, bool persist_prefills) {
@@ -406,6 +598,8 @@ std::vector<kv::MessageId> Engine::unstored_ancestry(kv::MessageId id) {
 }
 
 bool Engine::save_entry(kv::MessageId id, uint64_t tag) {
+  Held held(store_);
+  hold(id, held, nullptr);
   const kv::Message& m = store_.get(id);
   store::EntryMeta meta;
   for (const kv::PlacedParent& p : m.parents) meta.parents.push_back({store_.get(p.message).key, p.offset});

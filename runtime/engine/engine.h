@@ -83,6 +83,21 @@ class Engine {
   void set_repositioning(Repositioning r) { repositioning_ = r; }
   /// Position of the first parent token: 1 after the implicit BOS, 0 for models without BOS.
   int first_pos() const { return bos_ == kv::kNoMessage ? 0 : 1; }
+  /// The KV tiers below T0 (the page pool's budget): the T1 budget and the eviction policy
+  /// (runtime/kv/tiers.h, docs/store.md "Tiers"). When a call needs pages the pool has no room for, messages
+  /// no running call uses leave T0 in policy order: to T1 when it has room, else nowhere (recomputed from
+  /// their parents if needed again, with the same bits). Results never depend on the settings.
+  void set_tiers(const kv::TierSettings& settings);
+  const kv::TierSettings& tiers() const { return tiers_; }
+  /// What the tiers did so far, with the peak bytes held per tier.
+  kv::TierStats tier_stats() const;
+  /// Brings a message's encoding back to T0 (from T1, else recomputed over its parents) ahead of a call
+  /// that will read it. A message already resident, or one with nothing encoded, is left as it is.
+  /// Throws InputError for an unknown id, or when T0 cannot hold it beside what running calls use.
+  void prefetch(kv::MessageId id);
+  /// Bytes held in T1 now.
+  size_t host_bytes_in_use() const { return host_.bytes_in_use(); }
+
   /// How soon each cached message is read next, as the workflow instances running here see it (KVFlow;
   /// the KV tiers' eviction and prefetch read it). Instances register and remove themselves.
   StepOracleRegistry& step_oracles() { return step_oracles_; }
@@ -95,6 +110,16 @@ class Engine {
   void generate(std::span<const DecodeRequest> requests, std::vector<Work>& works,
                 std::vector<DecodeResult>& results, double t0);
   std::vector<kernels::KvSegment> segments_for(Work& w);
+  // ---- tiers ----
+  class Held;
+  // Brings message `id` back to T0 if it was evicted (from T1, else by recomputing it over its parents),
+  // and marks it in use until `held` ends. Loads are counted in `stats` when given.
+  void hold(kv::MessageId id, Held& held, CallStats* stats);
+  void make_resident(kv::Message& m, CallStats* stats);
+  void recompute(kv::Message& m, CallStats* stats);
+  bool evict_one();                    // the page pool's reclaimer
+  void offload(kv::Message& m);        // frees m's T0 pages, first copying them to T1 when there is room
+  bool make_host_room(size_t bytes, kv::MessageId keep);
   // The persistent store: see persist() and load().
   // `id` and its ancestors the disk store has no usable entry for, parents first.
   std::vector<kv::MessageId> unstored_ancestry(kv::MessageId id);
@@ -104,7 +129,10 @@ class Engine {
   std::optional<kv::MessageId> load_from_disk(uint64_t key, int depth);
 
   const model::Model& model_;
+  kv::HostTier host_;  // before store_: messages' host copies are charged to it
   kv::MessageStore store_;
+  kv::TierSettings tiers_;
+  kv::TierStats tier_stats_;
   Mode mode_;
   int max_batch_;
   int n_ctx_;

@@ -48,7 +48,10 @@ kv::Message& new_message(kv::MessageStore& store, const Placement& placement, co
                          kv::Visibility visibility, std::vector<model::Token> tokens) {
   kv::Message& m = store.create();
   m.start_pos = placement.new_start;
-  for (const PlacedView& v : placement.parents) m.parents.push_back({v.message, v.offset});
+  for (const PlacedView& v : placement.parents) {
+    const int whole = int(store.get(v.message).tokens.size());
+    m.parents.push_back({v.message, v.offset, v.n_tokens == whole ? -1 : v.n_tokens});
+  }
   m.agent = agent;
   m.visibility = visibility;
   m.tokens = std::move(tokens);

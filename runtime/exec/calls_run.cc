@@ -98,6 +98,11 @@ class Executor {
     j["op"] = op;
     j["line"] = call.where.line;
     j["start_pos"] = stats.start_pos;
+    if (stats.n_loaded > 0 || stats.n_recomputed > 0) {  // parents brought back to T0 first (docs/store.md)
+      j["n_loaded"] = stats.n_loaded;
+      j["n_recomputed"] = stats.n_recomputed;
+      j["load_ms"] = stats.load_ms;
+    }
     return j;
   }
 

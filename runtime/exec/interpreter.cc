@@ -446,6 +446,9 @@ class Interpreter : public dsl::plan::Executor {
     r.start_pos = stats.start_pos;
     r.n_computed = stats.n_computed;
     r.n_reused = stats.n_reused;
+    r.n_loaded = stats.n_loaded;
+    r.n_recomputed = stats.n_recomputed;
+    r.load_ms = stats.load_ms;
     r.ttft_ms = stats.ttft_ms;
     r.total_ms = stats.total_ms;
     r.start_ms = start_ms;

@@ -38,6 +38,9 @@ struct MessageRecord {
   int start_pos = 0;
   int n_computed = 0;
   int n_reused = 0;
+  int n_loaded = 0;       ///< parent tokens loaded back from T1 before the call ran (runtime/kv/tiers.h)
+  int n_recomputed = 0;   ///< parent tokens recomputed because no tier held them
+  double load_ms = 0;     ///< time spent on both
   double ttft_ms = 0;
   double total_ms = 0;
   double start_ms = 0;  ///< when its batch was submitted, on the steady clock (exec::clock_ms())

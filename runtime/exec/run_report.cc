@@ -26,6 +26,9 @@ nlohmann::ordered_json run_json(const RunResult& r) {
     e["start_pos"] = m.start_pos;
     e["n_computed"] = m.n_computed;
     e["n_reused"] = m.n_reused;
+    e["n_loaded"] = m.n_loaded;
+    e["n_recomputed"] = m.n_recomputed;
+    e["load_ms"] = m.load_ms;
     e["ttft_ms"] = m.ttft_ms;
     e["total_ms"] = m.total_ms;
     j["messages"].push_back(e);

@@ -38,6 +38,7 @@ void MessageStore::publish(Message& msg) {
   assert(msg.n_encoded == int(msg.tokens.size()));
   msg.key = content_key(msg.tokens, msg.start_pos, msg.parents);
   by_key_.emplace(msg.key, msg.id);
+  for (const PlacedParent& p : msg.parents) ++record(p.message).n_children;
 }
 
 Message* MessageStore::find(uint64_t key) {
@@ -58,6 +59,11 @@ const Message& MessageStore::get(MessageId id) const {
   return *messages_[id];
 }
 
+Message& MessageStore::record(MessageId id) {
+  assert(id < messages_.size() && messages_[id]);
+  return *messages_[id];
+}
+
 void MessageStore::erase(MessageId id) {
   if (!contains(id)) return;
   Message& m = *messages_[id];
@@ -65,7 +71,10 @@ void MessageStore::erase(MessageId id) {
     auto it = by_key_.find(m.key);
     if (it != by_key_.end() && it->second == id) by_key_.erase(it);
   }
-  messages_[id].reset();
+  m.released = true;
+  m.key = 0;
+  m.pages.clear();
+  m.host = {};
   --live_;
 }
 

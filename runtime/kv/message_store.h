@@ -12,6 +12,7 @@
 
 #include "common/token.h"
 #include "runtime/kv/page_pool.h"
+#include "runtime/kv/tiers.h"
 
 namespace choreo::kv {
 
@@ -22,6 +23,7 @@ inline constexpr MessageId kNoMessage = 0xFFFFFFFFu;
 struct PlacedParent {
   MessageId message = kNoMessage;
   int offset = 0;
+  int n_tokens = -1;  // tokens of the parent that were visible (-1: all of them); not part of content keys
 };
 
 /// Who may see a message (the information-flow check reads this).
@@ -39,10 +41,19 @@ struct Message {
   PageList pages;
   int n_encoded = 0;                  // tokens whose K/V are in `pages` (== tokens.size() when complete)
   int pins = 0;                       // > 0: must not be evicted
+  int in_use = 0;                     // > 0: a call running now reads or writes its pages (not evictable)
+  int n_children = 0;                 // published messages encoded over this one (shared prefixes have some)
+  bool released = false;              // released by its owner: kept only as a recipe to recompute children
   uint64_t last_use = 0;
+  /// The T1 (host memory) copy of the pages, or empty (runtime/kv/tiers.h).
+  HostCopy host;
 
   explicit Message(PagePool& pool) : pages(pool) {}
   int end_pos() const { return start_pos + int(tokens.size()); }
+  /// Every token is encoded (its encoding may live in any tier).
+  bool complete() const { return n_encoded > 0 && n_encoded == int(tokens.size()); }
+  /// Its pages are in T0, where attention reads them.
+  bool resident() const { return !pages.pages().empty(); }
 };
 
 /// Holds every message of one model; finds identical encodings by content key.
@@ -63,12 +74,23 @@ class MessageStore {
 
   Message& get(MessageId id);
   const Message& get(MessageId id) const;
-  bool contains(MessageId id) const { return id < messages_.size() && messages_[id] != nullptr; }
+  bool contains(MessageId id) const {
+    return id < messages_.size() && messages_[id] != nullptr && !messages_[id]->released;
+  }
   size_t size() const { return live_; }
-  /// Frees a message's pages (its id becomes invalid). Messages encoded on top of it keep their own KV.
+  /// Frees a message's pages and host copy; its id becomes invalid to callers. Messages encoded on top of it
+  /// keep their own KV. The record (tokens, parents) stays as a recipe, so that a child whose pages were
+  /// evicted from every tier can still be recomputed (Message::released).
   void erase(MessageId id);
 
+  /// Any message record, released ones included (for recomputation).
+  Message& record(MessageId id);
+  /// Number of records, released ones included: ids are below this.
+  size_t n_records() const { return messages_.size(); }
+  Message* record_or_null(MessageId id) { return id < messages_.size() ? messages_[id].get() : nullptr; }
+
   PagePool& pool() { return pool_; }
+  const PagePool& pool() const { return pool_; }
   uint64_t model_fingerprint() const { return fingerprint_; }
   uint64_t tick() { return ++clock_; }
 

@@ -1,5 +1,6 @@
 #include "runtime/kv/page_pool.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -17,6 +18,8 @@ PagePool::~PagePool() {
 
 float* PagePool::allocate() {
   float* page = nullptr;
+  while (free_.empty() && (all_.size() + 1) * page_bytes() > budget_bytes_ && reclaimer_ && reclaimer_()) {
+  }
   if (!free_.empty()) {
     page = free_.back();
     free_.pop_back();
@@ -33,6 +36,7 @@ float* PagePool::allocate() {
   }
   std::memset(page, 0, page_bytes());
   ++in_use_;
+  peak_in_use_ = std::max(peak_in_use_, in_use_);
   return page;
 }
 

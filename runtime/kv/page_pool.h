@@ -3,6 +3,7 @@
 // The pool bounds memory; the tier-0 budget of the message store is this pool's budget.
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -17,8 +18,12 @@ class PagePool {
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
 
-  /// A zeroed page. Throws InputError (context/cache budget exceeded) when the budget is spent.
+  /// A zeroed page. When the budget is spent, asks the reclaimer to free pages first; throws InputError
+  /// (context/cache budget exceeded) when there is none or it frees nothing.
   float* allocate();
+  /// Called when an allocation would exceed the budget (the engine's tiers evict a message): returns true
+  /// after releasing at least one page to this pool, false when nothing can go; may throw its own error.
+  void set_reclaimer(std::function<bool()> reclaimer) { reclaimer_ = std::move(reclaimer); }
   void release(float* page);
 
   const kernels::KvLayout& layout() const { return layout_; }
@@ -26,11 +31,14 @@ class PagePool {
   size_t pages_in_use() const { return in_use_; }
   size_t bytes_in_use() const { return in_use_ * page_bytes(); }
   size_t budget_bytes() const { return budget_bytes_; }
+  size_t peak_bytes() const { return peak_in_use_ * page_bytes(); }
 
  private:
   kernels::KvLayout layout_;
   size_t budget_bytes_;
   size_t in_use_ = 0;
+  size_t peak_in_use_ = 0;
+  std::function<bool()> reclaimer_;
   std::vector<float*> free_;
   std::vector<float*> all_;
 };

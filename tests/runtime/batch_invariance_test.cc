@@ -13,6 +13,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/model/session.h"
+#include "tests/runtime/bits.h"
 #include "tests/test_models.h"
 #include "tests/test_paths.h"
 
@@ -57,13 +58,7 @@ std::vector<std::vector<std::vector<float>>> decode_all(testing::LoadedModel& lm
   return logits;
 }
 
-bool bit_identical(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t s = 0; s < a.size(); ++s)
-    if (a[s].size() != b[s].size() || std::memcmp(a[s].data(), b[s].data(), a[s].size() * sizeof(float)) != 0)
-      return false;
-  return true;
-}
+using testing::bit_identical;
 
 void check_invariance(testing::LoadedModel& lm, int n_sentences) {
   // Contexts of different lengths (the longest spans many attention chunks), so the calls of a batch see

@@ -20,6 +20,7 @@
 #include "runtime/exec/instances.h"
 #include "runtime/exec/plan_follower.h"
 #include "runtime/kv/page_pool.h"
+#include "tests/runtime/workflow_cases.h"
 #include "tests/test_models.h"
 #include "tests/test_paths.h"
 
@@ -113,42 +114,17 @@ size_t check_follows(const dsl::plan::Plan& plan, const exec::RunResult& result)
   return matched;
 }
 
-struct Case {
-  fs::path file;
-  exec::RunArguments arguments;
-  bool chat = false;  ///< needs the chat model (a PML schema with roles)
-};
-
-std::vector<Case> cases() {
-  const fs::path w = source_dir() / "workflows";
-  std::vector<Case> out = {
-      {w / "hello.yaml", {{{"question", "Why is the sky blue?"}}, {}}},
-      {w / "docqa.yaml", {{{"context", "The lighthouse was built in 1871 by Mara Voss."},
-                           {"question", "Who built the lighthouse?"}}, {}}},
-      {w / "multiqa.yaml", {{{"document", "Tom has three cats: Ada, Bo and Cy."},
-                             {"questions", "['Which cat is the oldest?', 'What does Bo like?']"}}, {}}},
-      {w / "madpar.yaml", {{{"problem", "What is 12 * 7 - 5?"}}, {{"rounds", "2"}}}},
-      {w / "tot.yaml", {{{"problem", "What is 1 + 3 + 5?"}}, {{"branches", "3"}, {"voters", "2"}}}},
-      {w / "maditer.yaml", {{{"question", "Is zero even?"}}, {{"rounds", "2"}}}},
-      {w / "bsm.yaml", {{{"task", "Write about the sea and the mountains."}}, {}}},
-      {w / "prisoners.yaml", {}},
-      {w / "travel.yaml", {{{"days", "3"}}, {}}, true},
-  };
-  for (const auto& entry : fs::directory_iterator(source_dir() / "tests" / "workflows"))
-    if (entry.path().extension() == ".yaml") out.push_back({entry.path(), {}});
-  return out;
-}
-
 TEST_CASE("run and plan agree: every shipped and corpus workflow, three modes, one and four instances") {
-  const std::vector<Case> all = cases();
+  using testing::WorkflowCase;
+  const std::vector<WorkflowCase> all = testing::workflow_cases();
   // Every workflow in workflows/ must be covered: a new one without a case here fails the test.
   for (const auto& entry : fs::directory_iterator(source_dir() / "workflows")) {
     if (entry.path().extension() != ".yaml" || entry.path().stem() == "musique") continue;  // needs data files
-    CHECK_MESSAGE(std::any_of(all.begin(), all.end(), [&](const Case& c) { return c.file == entry.path(); }),
+    CHECK_MESSAGE(std::any_of(all.begin(), all.end(), [&](const WorkflowCase& c) { return c.file == entry.path(); }),
                   entry.path(), " has no case in plan_agreement_test.cc");
   }
   size_t total = 0;
-  for (const Case& c : all) {
+  for (const WorkflowCase& c : all) {
     const dsl::Workflow workflow = dsl::parse_workflow(read_text(c.file), c.file.string());
     const dsl::plan::Plan plan = dsl::plan::compile(workflow, c.arguments);
     const model::Model& m = c.chat ? *testing::smollm2().model : *testing::stories260k().model;

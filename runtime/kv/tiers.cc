@@ -1,0 +1,61 @@
+#include "runtime/kv/tiers.h"
+
+#include <algorithm>
+#include <new>
+#include <tuple>
+
+#include "common/error.h"
+
+namespace choreo::kv {
+
+std::string_view policy_name(EvictionPolicy p) {
+  return p == EvictionPolicy::Lru ? "lru" : "workflow";
+}
+
+EvictionPolicy parse_eviction_policy(std::string_view name) {
+  if (name == "lru") return EvictionPolicy::Lru;
+  if (name == "workflow") return EvictionPolicy::Workflow;
+  throw InputError(fmt::format("unknown eviction policy '{}'", name), "use lru or workflow");
+}
+
+HostCopy::HostCopy(HostTier& tier, size_t n_pages, size_t page_floats)
+    : tier_(&tier), n_pages_(n_pages), page_floats_(page_floats) {
+  data_.reset(new float[n_pages * page_floats]);
+  tier_->in_use_ += bytes();
+  tier_->peak_ = std::max(tier_->peak_, tier_->in_use_);
+}
+
+HostCopy& HostCopy::operator=(HostCopy&& other) noexcept {
+  if (this != &other) {
+    reset();
+    tier_ = other.tier_;
+    data_ = std::move(other.data_);
+    n_pages_ = other.n_pages_;
+    page_floats_ = other.page_floats_;
+    other.tier_ = nullptr;
+    other.n_pages_ = other.page_floats_ = 0;
+  }
+  return *this;
+}
+
+void HostCopy::reset() {
+  if (data_ && tier_) tier_->in_use_ -= bytes();
+  data_.reset();
+  tier_ = nullptr;
+  n_pages_ = page_floats_ = 0;
+}
+
+void order_for_eviction(std::vector<EvictionCandidate>& candidates, EvictionPolicy policy) {
+  // Never-read-again sorts as the largest distance.
+  auto distance = [](const EvictionCandidate& c) { return c.steps.value_or(SIZE_MAX); };
+  std::stable_sort(candidates.begin(), candidates.end(), [&](const EvictionCandidate& a, const EvictionCandidate& b) {
+    if (a.released != b.released) return a.released;
+    if (policy == EvictionPolicy::Workflow) {
+      if (distance(a) != distance(b)) return distance(a) > distance(b);
+      if (a.shared != b.shared) return !a.shared;
+    }
+    return std::tie(a.last_use, a.id) < std::tie(b.last_use, b.id);
+  });
+}
+
+}  // namespace choreo::kv

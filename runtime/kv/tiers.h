@@ -1,0 +1,106 @@
+#pragma once
+// KV tiers below the page pool (DESIGN.md §3, docs/store.md "Tiers"): T0 is the page pool attention reads
+// (kv::PagePool, with its own budget); T1 is host memory holding copies of pages evicted from T0, within a
+// budget of its own; below them, an encoding that is in no tier is recomputed from its parents. Which message
+// leaves T0 first is the eviction policy's choice: `lru`, or `workflow` (KVFlow: the message whose next read
+// is the most steps away goes first).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace choreo::kv {
+
+using MessageId = uint32_t;
+
+enum class EvictionPolicy {
+  Lru,       // least recently used first (what every peer ships)
+  Workflow,  // KVFlow: most steps to execution first; unshared suffixes before shared prefixes; then LRU
+};
+std::string_view policy_name(EvictionPolicy p);
+/// Parses "lru" or "workflow"; throws InputError otherwise.
+EvictionPolicy parse_eviction_policy(std::string_view name);
+
+/// What one engine's tiers may hold and how they choose.
+struct TierSettings {
+  size_t host_bytes = 0;  // T1 budget; 0: no host tier (evicted pages are recomputed when needed again)
+  EvictionPolicy policy = EvictionPolicy::Lru;
+};
+
+/// What the tiers did during a run (Engine::tier_stats).
+struct TierStats {
+  uint64_t t0_evictions = 0;      // messages whose T0 pages were freed to make room
+  uint64_t t1_offloads = 0;       // copies written T0 -> T1
+  uint64_t t1_offload_bytes = 0;
+  uint64_t t1_hits = 0;           // messages loaded back T1 -> T0
+  uint64_t t1_load_bytes = 0;
+  uint64_t t1_load_tokens = 0;
+  uint64_t t1_evictions = 0;      // T1 copies dropped to make room in T1
+  uint64_t recomputes = 0;        // messages recomputed because no tier held them
+  uint64_t recomputed_tokens = 0;
+  size_t t0_peak_bytes = 0;
+  size_t t1_peak_bytes = 0;
+  double load_ms = 0;             // time spent loading and recomputing evicted messages
+};
+
+/// The T1 budget's accounting; HostCopy charges it.
+class HostTier {
+ public:
+  explicit HostTier(size_t budget_bytes = 0) : budget_(budget_bytes) {}
+  size_t budget_bytes() const { return budget_; }
+  void set_budget(size_t bytes) { budget_ = bytes; }
+  size_t bytes_in_use() const { return in_use_; }
+  size_t peak_bytes() const { return peak_; }
+  bool fits(size_t bytes) const { return in_use_ + bytes <= budget_; }
+
+ private:
+  friend class HostCopy;
+  size_t budget_;
+  size_t in_use_ = 0;
+  size_t peak_ = 0;
+};
+
+/// A message's pages copied to host memory (T1), charged to a HostTier while it lives.
+class HostCopy {
+ public:
+  HostCopy() = default;
+  /// `n_pages` pages of `page_floats` floats each.
+  HostCopy(HostTier& tier, size_t n_pages, size_t page_floats);
+  ~HostCopy() { reset(); }
+  HostCopy(HostCopy&& other) noexcept { *this = std::move(other); }
+  HostCopy& operator=(HostCopy&& other) noexcept;
+  HostCopy(const HostCopy&) = delete;
+  HostCopy& operator=(const HostCopy&) = delete;
+
+  bool empty() const { return !data_; }
+  size_t n_pages() const { return n_pages_; }
+  size_t bytes() const { return n_pages_ * page_floats_ * sizeof(float); }
+  float* page(size_t i) { return data_.get() + i * page_floats_; }
+  const float* page(size_t i) const { return data_.get() + i * page_floats_; }
+  void reset();
+
+ private:
+  HostTier* tier_ = nullptr;
+  std::unique_ptr<float[]> data_;
+  size_t n_pages_ = 0;
+  size_t page_floats_ = 0;
+};
+
+/// What the eviction policy knows of a message that could leave a tier.
+struct EvictionCandidate {
+  MessageId id = 0;
+  std::optional<size_t> steps;  // steps until a running workflow reads it next; nullopt: never again
+  bool shared = false;          // other messages were encoded over it (a shared prefix)
+  bool released = false;        // its owner released it; kept only to recompute its children
+  uint64_t last_use = 0;
+};
+
+/// Sorts `candidates` so that the first is evicted first. Released records always go first; then `lru`
+/// orders by last use, and `workflow` by steps to execution (never-again first, then the most steps),
+/// unshared before shared, then last use.
+void order_for_eviction(std::vector<EvictionCandidate>& candidates, EvictionPolicy policy);
+
+}  // namespace choreo::kv

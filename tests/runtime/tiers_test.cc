@@ -1,0 +1,260 @@
+// KV tiers (runtime/kv/tiers.h, issue 11): a page pool with a budget smaller than the run's working set
+// evicts messages no running call uses, to T1 (host memory) when it has room, else nowhere; a message read
+// again is loaded back or recomputed over its parents. Each property below can fail:
+// - the same calls give bit-identical tokens, logits and pages whatever the budgets and policy;
+// - the budgets hold (peak bytes by the allocators' own accounting);
+// - the eviction order is the KVFlow order worked out by hand;
+// - a working set that cannot fit is a clear InputError naming the budget, never a crash.
+
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "runtime/engine/engine.h"
+#include "runtime/kv/page_pool.h"
+#include "runtime/kv/tiers.h"
+#include "tests/runtime/bits.h"
+#include "tests/test_models.h"
+
+namespace choreo {
+namespace {
+
+using runtime::DecodeRequest;
+using runtime::Engine;
+using runtime::Parent;
+using runtime::PrefillRequest;
+
+std::vector<model::Token> text(const model::Model& m, const std::string& s) { return m.vocab().tokenize(s, false); }
+
+/// What a scenario produced: every decode's tokens and logits, and every message's pages as bytes.
+struct Outcome {
+  std::vector<std::vector<model::Token>> generated;
+  std::vector<std::vector<std::vector<float>>> logits;
+  std::vector<std::vector<float>> pages;  // per message, its pages' floats up to its last token's page
+  kv::TierStats stats;
+  size_t t0_budget = 0, t0_peak = 0, t1_budget = 0, t1_peak = 0;
+};
+
+/// A run of prefills and decodes with reordered, overlapping and offset parents, a release, and messages
+/// read again rounds after they were written, so that a small T0 has to evict and bring back.
+Outcome scenario(size_t t0_bytes, const kv::TierSettings& tiers) {
+  const model::Model& m = *testing::stories260k().model;
+  kv::PagePool pool(m.kv_layout(16), t0_bytes);
+  Engine e(m, pool);
+  e.set_tiers(tiers);
+  Outcome out;
+  auto decode = [&](std::vector<Parent> parents, const std::string& header, int n) {
+    DecodeRequest r;
+    r.header = text(m, header);
+    r.parents = std::move(parents);
+    r.max_tokens = n;
+    r.record_logits = true;
+    r.sampling.temperature = 0.8f;
+    r.sampling.seed = 7 + out.generated.size();
+    runtime::DecodeResult d = e.decode(r);
+    out.generated.push_back(d.generated);
+    out.logits.push_back(d.logits);
+    return d.id;
+  };
+  const kv::MessageId a = e.prefill({text(m, "Once upon a time there was a little girl named Lily who loved the sea."), {}}).id;
+  const kv::MessageId b = e.prefill({text(m, "She had a red ball and a big dog called Max."), {{a}}}).id;
+  const kv::MessageId c = e.prefill({text(m, "One day the sun was hot and the sky was blue."), {{b}, {a, 40}}}).id;
+  const kv::MessageId d1 = decode({{a}, {c}}, " Then", 24);
+  const kv::MessageId d2 = decode({{c, 3}, {b, 3}}, " The dog", 20);  // two parents at one offset
+  // A batch of three decodes over shared parents.
+  std::vector<DecodeRequest> batch(3);
+  for (int i = 0; i < 3; ++i) {
+    batch[i].header = text(m, i == 0 ? " Lily" : i == 1 ? " Max" : " The sea");
+    batch[i].parents = {{d1}, {i == 2 ? a : b}};
+    batch[i].max_tokens = 16 + 4 * i;
+    batch[i].record_logits = true;
+    batch[i].sampling.seed = 100 + i;
+  }
+  std::vector<kv::MessageId> round2;
+  for (runtime::DecodeResult& r : e.decode_batch(batch)) {
+    out.generated.push_back(r.generated);
+    out.logits.push_back(r.logits);
+    round2.push_back(r.id);
+  }
+  e.release(b);  // its children can still be recomputed: the record stays as a recipe
+  const kv::MessageId d3 = decode({{round2[0]}, {round2[1]}, {d2}}, " In the end", 24);
+  decode({{a}, {d3}, {round2[2]}}, " So", 16);
+  decode({{a}, {c}}, " Then", 24);  // d1's call again: its parents come back from wherever they are
+  for (kv::MessageId id = 0; id < e.store().n_records(); ++id) {
+    if (!e.store().contains(id)) continue;
+    const kv::Message& msg = e.store().get(id);
+    if (!msg.complete()) continue;
+    e.prefetch(id);
+    const kv::Message& now = e.store().get(id);
+    std::vector<float> bytes;
+    const size_t n_pages = (now.tokens.size() + 15) / 16;
+    for (size_t p = 0; p < n_pages; ++p) {
+      const float* page = now.pages.pages()[p];
+      bytes.insert(bytes.end(), page, page + pool.layout().page_floats());
+    }
+    out.pages.push_back(std::move(bytes));
+  }
+  out.stats = e.tier_stats();
+  out.t0_budget = pool.budget_bytes();
+  out.t0_peak = pool.peak_bytes();
+  out.t1_budget = tiers.host_bytes;
+  out.t1_peak = out.stats.t1_peak_bytes;
+  return out;
+}
+
+void check_same(const Outcome& ref, const Outcome& got) {
+  REQUIRE(ref.generated.size() == got.generated.size());
+  for (size_t i = 0; i < ref.generated.size(); ++i) {
+    CAPTURE(i);
+    CHECK(ref.generated[i] == got.generated[i]);
+    REQUIRE(ref.logits[i].size() == got.logits[i].size());
+    for (size_t s = 0; s < ref.logits[i].size(); ++s) CHECK(testing::bit_identical(ref.logits[i][s], got.logits[i][s]));
+  }
+  REQUIRE(ref.pages.size() == got.pages.size());
+  for (size_t i = 0; i < ref.pages.size(); ++i) {
+    CAPTURE(i);
+    CHECK(testing::bit_identical(ref.pages[i], got.pages[i]));
+  }
+}
+
+TEST_CASE("tiers: tokens, logits and pages are bit-identical whatever the budgets and the policy") {
+  const Outcome ref = scenario(size_t(64) << 20, {});
+  CHECK(ref.stats.t0_evictions == 0);
+  const size_t page = testing::stories260k().model->kv_layout(16).page_floats() * sizeof(float);
+  const size_t peak_pages = ref.t0_peak / page;
+  MESSAGE("the scenario holds " << peak_pages << " pages at its peak");
+  REQUIRE(peak_pages >= 16);
+  for (kv::EvictionPolicy policy : {kv::EvictionPolicy::Lru, kv::EvictionPolicy::Workflow}) {
+    for (size_t t0_pages : {peak_pages * 2 / 3, peak_pages * 5 / 6}) {
+      for (size_t t1_pages : {size_t(0), peak_pages / 4, size_t(1000)}) {
+        CAPTURE(kv::policy_name(policy));
+        CAPTURE(t0_pages);
+        CAPTURE(t1_pages);
+        const Outcome got = scenario(t0_pages * page, {t1_pages * page, policy});
+        check_same(ref, got);
+        CHECK(got.stats.t0_evictions > 0);
+        // The budgets hold, by the allocators' accounting.
+        CHECK(got.t0_peak <= got.t0_budget);
+        CHECK(got.t1_peak <= got.t1_budget);
+        if (t1_pages == 0) {
+          CHECK(got.stats.recomputes > 0);  // nothing below T0: evicted messages were recomputed
+          CHECK(got.stats.t1_hits == 0);
+        }
+        if (t1_pages == 1000) {
+          CHECK(got.stats.t1_hits > 0);  // everything fits in T1: evicted messages came back from it
+          CHECK(got.stats.recomputes == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("tiers: a call's metrics count the parent tokens loaded back and recomputed") {
+  const model::Model& m = *testing::stories260k().model;
+  const size_t page = m.kv_layout(16).page_floats() * sizeof(float);
+  for (size_t t1_pages : {size_t(0), size_t(100)}) {
+    CAPTURE(t1_pages);
+    kv::PagePool pool(m.kv_layout(16), 8 * page);
+    Engine e(m, pool);
+    e.set_tiers({t1_pages * page, kv::EvictionPolicy::Lru});
+    const PrefillRequest first{text(m, "Once upon a time there was a little girl named Lily who loved the sea and the sun."), {}};
+    const runtime::PrefillResult a = e.prefill(first);
+    // Fill T0 with other messages until `a` has been evicted.
+    for (int i = 0; e.store().get(a.id).resident(); ++i) {
+      REQUIRE(i < 20);
+      e.prefill({text(m, fmt::format("Story {}: a dog ran to the park and played with a ball all day long.", i)), {}});
+    }
+    DecodeRequest r;
+    r.header = text(m, " She");
+    r.parents = {{a.id}};
+    r.max_tokens = 4;
+    const runtime::DecodeResult d = e.decode(r);
+    const int n_a = int(first.tokens.size());
+    CHECK(d.stats.n_reused == n_a);
+    if (t1_pages == 0) {
+      CHECK(d.stats.n_recomputed == n_a);
+      CHECK(d.stats.n_loaded == 0);
+    } else {
+      CHECK(d.stats.n_loaded == n_a);
+      CHECK(d.stats.n_recomputed == 0);
+    }
+    CHECK(d.stats.n_computed == int(r.header.size()) + int(d.generated.size()));
+  }
+}
+
+TEST_CASE("tiers: a working set that cannot fit in T0 is an InputError naming the budget") {
+  const model::Model& m = *testing::stories260k().model;
+  const size_t page = m.kv_layout(16).page_floats() * sizeof(float);
+  kv::PagePool pool(m.kv_layout(16), 6 * page);
+  Engine e(m, pool);
+  const kv::MessageId a = e.prefill({text(m, "Once upon a time there was a little girl named Lily who loved the sea."), {}}).id;
+  const kv::MessageId b = e.prefill({text(m, "She had a red ball and a big dog called Max who liked to run and jump."), {}}).id;
+  DecodeRequest r;
+  r.header = text(m, " Then");
+  r.parents = {{a}, {b}};
+  r.max_tokens = 64;  // parents and the growing decode need more than 6 pages
+  try {
+    e.decode(r);
+    FAIL("expected an InputError");
+  } catch (const InputError& err) {
+    const std::string what = err.what();
+    CHECK(what.find("KV cache budget (T0)") != std::string::npos);
+    CHECK(what.find("MiB") != std::string::npos);
+    CHECK(what.find("message") != std::string::npos);
+  }
+  // The engine still works after the failed call.
+  r.max_tokens = 2;
+  r.parents = {{a}};
+  CHECK(e.decode(r).generated.size() == 2);
+}
+
+TEST_CASE("tiers: the eviction order follows the policy (KVFlow priorities worked out by hand)") {
+  // A small step graph: agent X runs next (step 0), Y in 1 step, Z in 3; W's message is never read again.
+  // m1: X's dynamic suffix, steps 0.      m2: a prefix shared by Y and Z: min(1, 3) = 1, shared.
+  // m3: Y's suffix, steps 1.              m4: Z's suffix, steps 3.
+  // m5: never read again.                 m6: released (a recipe only).
+  // m7: a prefix shared by Z only, steps 3, shared.
+  using C = kv::EvictionCandidate;
+  const std::vector<C> base = {
+      {1, 0, false, false, 70}, {2, 1, true, false, 10}, {3, 1, false, false, 60}, {4, 3, false, false, 20},
+      {5, std::nullopt, false, false, 90}, {6, std::nullopt, false, true, 95}, {7, 3, true, false, 5},
+  };
+  std::vector<C> workflow = base;
+  kv::order_for_eviction(workflow, kv::EvictionPolicy::Workflow);
+  std::vector<kv::MessageId> got;
+  for (const C& c : workflow) got.push_back(c.id);
+  // Released first; then never-again; then most steps (Z's suffix before Z's shared prefix); then Y's
+  // suffix before the prefix Y shares; X's message last.
+  CHECK(got == std::vector<kv::MessageId>{6, 5, 4, 7, 3, 2, 1});
+  std::vector<C> lru = base;
+  kv::order_for_eviction(lru, kv::EvictionPolicy::Lru);
+  got.clear();
+  for (const C& c : lru) got.push_back(c.id);
+  CHECK(got == std::vector<kv::MessageId>{6, 7, 2, 4, 3, 1, 5});
+}
+
+TEST_CASE("tiers: T1 copies are charged to its budget and returned when dropped") {
+  kv::HostTier tier(1000);
+  {
+    kv::HostCopy a(tier, 2, 100);  // 800 bytes
+    CHECK(tier.bytes_in_use() == 800);
+    CHECK_FALSE(tier.fits(400));
+    kv::HostCopy b = std::move(a);
+    CHECK(tier.bytes_in_use() == 800);
+    b.reset();
+    CHECK(tier.bytes_in_use() == 0);
+    kv::HostCopy c(tier, 1, 50);
+    CHECK(tier.bytes_in_use() == 200);
+  }
+  CHECK(tier.bytes_in_use() == 0);
+  CHECK(tier.peak_bytes() == 800);
+  CHECK(kv::parse_eviction_policy("lru") == kv::EvictionPolicy::Lru);
+  CHECK_THROWS_AS(kv::parse_eviction_policy("fifo"), InputError);
+}
+
+}  // namespace
+}  // namespace choreo

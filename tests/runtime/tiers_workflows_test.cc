@@ -1,0 +1,127 @@
+// KV tiers never change results (issue 11): every shipped and corpus workflow, four instances at once in
+// choreo mode, gives bit-identical texts, tokens and logits with a T0 budget well below its working set,
+// under both eviction policies, with and without a T1 tier, as with a budget nothing has to leave.
+
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dsl/workflow_parser.h"
+#include "runtime/engine/engine.h"
+#include "runtime/exec/instances.h"
+#include "runtime/kv/page_pool.h"
+#include "tests/runtime/bits.h"
+#include "tests/runtime/workflow_cases.h"
+#include "tests/test_models.h"
+#include "tests/test_paths.h"
+
+namespace choreo {
+namespace {
+
+constexpr int kInstances = 4;
+
+struct Observed {
+  std::vector<exec::InstanceOutcome> outcomes;
+  kv::TierStats stats;
+  size_t t0_peak = 0;
+  std::string error;  // the first instance error, if any
+};
+
+Observed run(const dsl::Workflow& workflow, const model::Model& m, const exec::RunArguments& arguments,
+             size_t t0_bytes, const kv::TierSettings& tiers) {
+  kv::PagePool pool(m.kv_layout(16), t0_bytes);
+  runtime::Engine engine(m, pool, runtime::Mode::Choreo);
+  engine.set_tiers(tiers);
+  exec::InstancesOptions options;
+  options.concurrency = kInstances;
+  options.hooks = [](size_t) {
+    exec::RunHooks h;
+    h.exact_tokens = [](const std::string&) { return std::optional<int>(6); };
+    h.record_logits = [](const std::string&) { return true; };
+    return h;
+  };
+  Observed o;
+  o.outcomes = exec::run_instances(workflow, engine, std::vector<exec::RunArguments>(kInstances, arguments), options);
+  for (const exec::InstanceOutcome& out : o.outcomes) {
+    if (!out.error || !o.error.empty()) continue;
+    try {
+      std::rethrow_exception(out.error);
+    } catch (const std::exception& e) {
+      o.error = e.what();
+    }
+  }
+  o.stats = engine.tier_stats();
+  o.t0_peak = pool.peak_bytes();
+  return o;
+}
+
+std::vector<exec::MessageRecord> without_modules(const std::vector<exec::MessageRecord>& records) {
+  std::vector<exec::MessageRecord> out;
+  for (const exec::MessageRecord& r : records)
+    if (r.kind != "module") out.push_back(r);
+  return out;
+}
+
+TEST_CASE("tiers never change results: every shipped and corpus workflow, tight T0, both policies, with and without T1") {
+  size_t n_compared = 0;
+  uint64_t evictions = 0, recomputes = 0, reloads = 0;
+  for (const testing::WorkflowCase& c : testing::workflow_cases()) {
+    CAPTURE(c.file);
+    std::ifstream in(testing::require_file(c.file));
+    std::stringstream source;
+    source << in.rdbuf();
+    const dsl::Workflow workflow = dsl::parse_workflow(source.str(), c.file.string());
+    const model::Model& m = c.chat ? *testing::smollm2().model : *testing::stories260k().model;
+    const Observed ref = run(workflow, m, c.arguments, size_t(512) << 20, {});
+    REQUIRE_MESSAGE(ref.error.empty(), ref.error);
+    const size_t page = m.kv_layout(16).page_floats() * sizeof(float);
+    for (kv::EvictionPolicy policy : {kv::EvictionPolicy::Workflow, kv::EvictionPolicy::Lru}) {
+      for (bool host : {false, true}) {
+        CAPTURE(kv::policy_name(policy));
+        CAPTURE(host);
+        const kv::TierSettings tiers{host ? ref.t0_peak : 0, policy};
+        // The smallest of peak/4, peak/2, ... that holds every call's working set; a smaller one must fail
+        // with the budget error, never otherwise.
+        Observed got;
+        size_t budget = std::max(ref.t0_peak / 4, 4 * page);
+        for (;; budget *= 2) {
+          got = run(workflow, m, c.arguments, budget, tiers);
+          if (got.error.empty() || budget >= ref.t0_peak) break;
+          REQUIRE_MESSAGE(got.error.find("KV cache budget (T0)") != std::string::npos, got.error);
+        }
+        REQUIRE_MESSAGE(got.error.empty(), got.error);
+        CAPTURE(budget);
+        if (budget < ref.t0_peak) CHECK(got.stats.t0_evictions > 0);
+        evictions += got.stats.t0_evictions;
+        recomputes += got.stats.recomputes;
+        reloads += got.stats.t1_hits;
+        CHECK(got.t0_peak <= budget);
+        if (host) CHECK(got.stats.t1_peak_bytes <= tiers.host_bytes);
+        for (size_t i = 0; i < ref.outcomes.size(); ++i) {
+          // PML module records name the instance that encoded a module first, which is up to the threads.
+          const std::vector<exec::MessageRecord> a = without_modules(ref.outcomes[i].result.messages);
+          const std::vector<exec::MessageRecord> b = without_modules(got.outcomes[i].result.messages);
+          REQUIRE(a.size() == b.size());
+          for (size_t k = 0; k < a.size(); ++k) {
+            CAPTURE(a[k].name);
+            CHECK(a[k].text == b[k].text);
+            CHECK(a[k].tokens == b[k].tokens);
+            CHECK(testing::bit_identical(a[k].logits, b[k].logits));
+            ++n_compared;
+          }
+        }
+      }
+    }
+  }
+  MESSAGE("tiers: " << n_compared << " messages compared; " << evictions << " evictions from T0, " << recomputes
+                     << " recomputes, " << reloads << " reloads from T1");
+  CHECK(recomputes > 0);
+  CHECK(reloads > 0);
+}
+
+}  // namespace
+}  // namespace choreo
