@@ -145,8 +145,10 @@ void Engine::encode(std::span<Work*> work) {
   std::vector<std::vector<kernels::KvSegment>> parent_segs(work.size());
   for (size_t i = 0; i < work.size(); ++i) {
     Work& w = *work[i];
+    // A finished message (nothing pending) is left alone: it may have left T0 meanwhile.
+    if (int(w.msg->tokens.size()) <= w.msg->n_encoded) continue;
     w.msg->pages.reserve(int(w.msg->tokens.size()));
-    if (int(w.msg->tokens.size()) > w.msg->n_encoded) parent_segs[i] = segments_for(w);
+    parent_segs[i] = segments_for(w);
   }
   for (;;) {
     batch_.clear();
@@ -255,14 +257,24 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
     results[i].stats.n_computed = int(r.tokens.size());
   }
   Held held(store_);
-  for (size_t k = 0; k < works.size(); ++k) {
-    hold(works[k].msg->id, held, nullptr);
+  for (size_t k = 0; k < works.size(); ++k)
     for (const PlacedView& v : works[k].views) hold(v.message, held, &results[work_request[k]].stats);
+  // The calls are independent and the kernels batch invariant, so a batch whose new pages would not fit in
+  // half of T0 is encoded in parts that do; each part's messages can leave T0 while the next is encoded.
+  const int page_tokens = store_.pool().layout().page_tokens;
+  const size_t part_pages = std::max<size_t>(1, store_.pool().budget_bytes() / store_.pool().page_bytes() / 2);
+  for (size_t first = 0; first < works.size();) {
+    std::vector<Work*> part;
+    size_t pages = 0;
+    for (; first < works.size(); ++first) {
+      const size_t need = (works[first].msg->tokens.size() + page_tokens - 1) / page_tokens;
+      if (!part.empty() && pages + need > part_pages) break;
+      part.push_back(&works[first]);
+      pages += need;
+    }
+    encode(part);
+    for (Work* w : part) store_.publish(*w->msg);
   }
-  std::vector<Work*> ptrs;
-  for (Work& w : works) ptrs.push_back(&w);
-  encode(ptrs);
-  for (Work& w : works) store_.publish(*w.msg);
   if (disk_ && persist_prefills_)
     for (Work& w : works) persist(w.msg->id);
   const double t1 = now_ms();
@@ -311,11 +323,11 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
     results[i].stats.n_reused = layouts[i].n_reused;
     results[i].stats.start_pos = layouts[i].encoded->start_pos;
   }
+  // The parents stay in T0 until every call of the batch has finished. The calls' own messages need no hold:
+  // a message that is still being encoded is never evicted, and a finished one is not read again here.
   Held held(store_);
-  for (size_t i = 0; i < n; ++i) {
-    hold(works[i].msg->id, held, nullptr);
+  for (size_t i = 0; i < n; ++i)
     for (const PlacedView& v : works[i].views) hold(v.message, held, &results[i].stats);
-  }
 
   generate(requests, works, results, t0);
 

@@ -90,8 +90,11 @@ class RunSteps final : public runtime::StepOracle {
 
   std::optional<size_t> steps_to_execution(kv::MessageId message) const override {
     std::lock_guard lock(mutex_);
-    const size_t node = follower_.node_of(message);
-    return node == SIZE_MAX ? std::nullopt : clock_.for_message(node);
+    // A message that is several plan nodes (identical encodings) is needed as soon as any of them is.
+    std::optional<size_t> best;
+    for (size_t node : follower_.nodes_of(message))
+      if (std::optional<size_t> s = clock_.for_message(node)) best = best ? std::min(*best, *s) : *s;
+    return best;
   }
 
   /// Completes `step` and returns every agent's new value.

@@ -29,13 +29,20 @@ std::string offset_text(const std::optional<int64_t>& at, bool dynamic) {
 }  // namespace
 
 void PlanFollower::created(uint64_t id, size_t node) {
-  node_of_id_[id] = node;
+  std::vector<size_t>& nodes = nodes_of_id_[id];
+  if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
   ++pieces_[node];
 }
 
+const std::vector<size_t>& PlanFollower::nodes_of(uint64_t id) const {
+  static const std::vector<size_t> none;
+  auto it = nodes_of_id_.find(id);
+  return it == nodes_of_id_.end() ? none : it->second;
+}
+
 size_t PlanFollower::node_of(uint64_t id) const {
-  auto it = node_of_id_.find(id);
-  return it == node_of_id_.end() ? SIZE_MAX : it->second;
+  const std::vector<size_t>& nodes = nodes_of(id);
+  return nodes.empty() ? SIZE_MAX : nodes.front();
 }
 
 bool PlanFollower::fits(const Batch& batch, const std::vector<Branch>& branches,
@@ -100,8 +107,18 @@ void PlanFollower::compare(const Node& planned, size_t index, const Branch& run)
     std::vector<size_t> seen;  // the run's parents from this entry, as plan nodes (a PML message once)
     const size_t j_begin = j;
     while (j < got.size() && same_place(got[j].where, entry)) {
-      const size_t p = node_of(got[j].parent);
-      if (p == SIZE_MAX) fail("a parent the plan does not know");
+      // One message may be several plan nodes (identical encodings): take the one this place wants.
+      const std::vector<size_t>& nodes = nodes_of(got[j].parent);
+      if (nodes.empty()) fail("a parent the plan does not know");
+      auto wanted = [&](size_t node) {
+        if (want[i].selection)
+          return std::any_of(want.begin() + long(i), want.begin() + long(i_end),
+                             [&](const Edge& e) { return e.parent == node; });
+        const size_t k = i + seen.size();
+        return k < i_end && want[k].parent == node;
+      };
+      auto match = std::find_if(nodes.begin(), nodes.end(), wanted);
+      const size_t p = match != nodes.end() ? *match : nodes.front();
       auto pieces = pieces_.find(p);
       const size_t n = plan_.nodes[p].pml && pieces != pieces_.end() ? pieces->second : 1;
       seen.push_back(p);

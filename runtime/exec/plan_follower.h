@@ -40,7 +40,10 @@ class PlanFollower {
   void created(uint64_t id, size_t node);
 
   /// The plan node of a run message id, or SIZE_MAX when the run made it outside the plan (none should be).
+  /// Identical encodings share one message, so one id can be several plan nodes: this is the first of them.
   size_t node_of(uint64_t id) const;
+  /// Every plan node a run message id is, in the order the run made them (empty outside the plan).
+  const std::vector<size_t>& nodes_of(uint64_t id) const;
 
   const dsl::plan::Plan& plan() const { return plan_; }
 
@@ -54,7 +57,7 @@ class PlanFollower {
   const dsl::plan::Plan& plan_;
   size_t next_batch_ = 0;
   std::vector<size_t> nodes_;
-  std::map<uint64_t, size_t> node_of_id_;
+  std::map<uint64_t, std::vector<size_t>> nodes_of_id_;
   std::map<size_t, size_t> pieces_;  // plan node -> how many run messages it is (PML: its pieces)
 };
 

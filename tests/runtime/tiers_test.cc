@@ -186,6 +186,32 @@ TEST_CASE("tiers: a call's metrics count the parent tokens loaded back and recom
   }
 }
 
+TEST_CASE("tiers: a prefill batch larger than T0 runs in parts, with the encodings of one batch") {
+  const model::Model& m = *testing::stories260k().model;
+  const size_t page = m.kv_layout(16).page_floats() * sizeof(float);
+  std::vector<PrefillRequest> batch;
+  for (int i = 0; i < 10; ++i)
+    batch.push_back({text(m, fmt::format("Story {}: once upon a time a little dog named Max ran to the park "
+                                         "and played with a red ball in the sun all day long.", i)), {}});
+  auto pages_of = [&](size_t t0_bytes) {
+    kv::PagePool pool(m.kv_layout(16), t0_bytes);
+    Engine e(m, pool);
+    std::vector<std::vector<float>> out;
+    for (const runtime::PrefillResult& r : e.prefill_batch(batch)) {
+      e.prefetch(r.id);
+      const kv::Message& msg = e.store().get(r.id);
+      std::vector<float> bytes;
+      for (float* p : msg.pages.pages()) bytes.insert(bytes.end(), p, p + pool.layout().page_floats());
+      out.push_back(std::move(bytes));
+    }
+    return out;
+  };
+  const std::vector<std::vector<float>> whole = pages_of(size_t(64) << 20);
+  const std::vector<std::vector<float>> parts = pages_of(8 * page);  // the batch needs 20 pages
+  REQUIRE(whole.size() == parts.size());
+  for (size_t i = 0; i < whole.size(); ++i) CHECK(testing::bit_identical(whole[i], parts[i]));
+}
+
 TEST_CASE("tiers: a working set that cannot fit in T0 is an InputError naming the budget") {
   const model::Model& m = *testing::stories260k().model;
   const size_t page = m.kv_layout(16).page_floats() * sizeof(float);
