@@ -170,7 +170,7 @@ class Interpreter : public dsl::plan::Executor {
       std::vector<size_t> at;
       for (size_t i = 0; i < branches.size(); ++i) {
         if (branches[i].message->prompt) continue;
-        plain.push_back(prepare(branches[i]));
+        plain.push_back(prepare(branches[i], nodes[i]));
         at.push_back(i);
       }
       if (!plain.empty()) {
@@ -181,7 +181,7 @@ class Interpreter : public dsl::plan::Executor {
         if (branches[i].message->prompt) values[i] = prefill_pml(branches[i]);
     } else {
       std::vector<Branch> prepared;
-      for (const dsl::plan::Branch& b : branches) prepared.push_back(prepare(b));
+      for (size_t i = 0; i < branches.size(); ++i) prepared.push_back(prepare(branches[i], nodes[i]));
       values = kind == NodeKind::Prefill ? prefill(prepared, "prefill", where) : decode(prepared, where);
     }
     std::vector<kv::MessageId> created;
@@ -369,7 +369,8 @@ class Interpreter : public dsl::plan::Executor {
 
   /// Where a parent goes: a PML piece keeps its schema position (its entry's pieces shifted together by an
   /// `at:`); any other message at its entry's `at:` when it is the entry's first, else after the one before.
-  void add_parents(Branch& b, const dsl::plan::Node& node) const {
+  void add_parents(Branch& b, const dsl::plan::Node& node, const dsl::plan::Node& planned) const {
+    std::vector<size_t> named;  // plan nodes already named among the parents
     const SourceLocation* entry = nullptr;
     std::optional<int64_t> entry_at;
     std::optional<int> shift;
@@ -387,18 +388,34 @@ class Interpreter : public dsl::plan::Executor {
       } else {
         b.parents.push_back({id, e.at ? std::optional<int>(int(*e.at)) : std::nullopt, std::nullopt});
       }
-      auto it = info_.find(id);
-      b.parent_names.push_back(it == info_.end() ? std::to_string(id) : it->second.name);
+      b.parent_names.push_back(parent_name(id, planned, named));
     }
   }
 
+  /// A parent's name as the call names it. Identical encodings share one message, so one id can be several
+  /// plan nodes (`doc[0]` and `doc[2]` with the same text): the one the call's plan node reads is its name.
+  std::string parent_name(kv::MessageId id, const dsl::plan::Node& planned, std::vector<size_t>& named) const {
+    const std::vector<size_t>& nodes = follower_->nodes_of(id);
+    if (nodes.size() > 1)
+      for (size_t node : nodes) {
+        const bool read = std::any_of(planned.parents.begin(), planned.parents.end(),
+                                      [&](const dsl::plan::Edge& e) { return e.parent == node; });
+        if (read && !plan_.nodes[node].pml && std::find(named.begin(), named.end(), node) == named.end()) {
+          named.push_back(node);
+          return plan_.nodes[node].name;
+        }
+      }
+    auto it = info_.find(id);
+    return it == info_.end() ? std::to_string(id) : it->second.name;
+  }
+
   /// Everything the engine needs for one elaborated branch: parents, tokens, sampling.
-  Branch prepare(const dsl::plan::Branch& src) const {
+  Branch prepare(const dsl::plan::Branch& src, size_t plan_node) const {
     const dsl::plan::Node& n = src.node;
     Branch b;
     b.name = n.name;
     b.role = role_name(src.role);
-    add_parents(b, n);
+    add_parents(b, n, plan_.nodes[plan_node]);
     if (n.new_offset) b.new_offset = int(*n.new_offset);
     b.previous_role = previous_role(b.parents);
     b.agent = n.agent;
