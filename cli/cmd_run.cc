@@ -181,12 +181,14 @@ void run_run(const RunOptions& o) {
   kv::PagePool pool(lm.model->kv_layout(o.page_tokens), o.tiers.t0_bytes());
   runtime::Engine engine(*lm.model, pool, mode);
   engine.set_tiers(o.tiers.tiers());
-  // Encodings saved by `choreo encode` (PML modules) are read from the persistent store; run writes nothing.
+  // Encodings saved by `choreo encode` (PML modules) are read from the persistent store.
   std::unique_ptr<store::DiskStore> disk;
+  // With a T2 budget (--disk-cache-mib), evictions write to it too.
   if (!o.no_store && mode == runtime::Mode::Choreo) {
     const std::string dir = store::resolve_cache_dir(o.cache_dir);
-    if (!o.cache_dir.empty() || std::filesystem::is_directory(dir)) {
-      disk = std::make_unique<store::DiskStore>(dir, /*create=*/false);
+    const bool t2_writes = o.tiers.disk_cache_mib > 0;
+    if (!o.cache_dir.empty() || t2_writes || std::filesystem::is_directory(dir)) {
+      disk = std::make_unique<store::DiskStore>(dir, /*create=*/t2_writes);
       engine.set_disk_store(disk.get());
     }
   }

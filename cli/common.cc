@@ -56,7 +56,7 @@ void add_page_tokens_option(CLI::App& cmd, int& page_tokens) {
 }
 
 kv::TierSettings TierOptions::tiers() const {
-  return {size_t(host_cache_mib) << 20, kv::parse_eviction_policy(evict)};
+  return {size_t(host_cache_mib) << 20, kv::parse_eviction_policy(evict), size_t(disk_cache_mib) << 20};
 }
 
 void add_tier_options(CLI::App& cmd, TierOptions& cache) {
@@ -66,6 +66,10 @@ void add_tier_options(CLI::App& cmd, TierOptions& cache) {
       ->check(at_least(1));
   cmd.add_option("--host-cache-mib", cache.host_cache_mib,
                  "T1 KV budget in MiB: host memory keeping pages evicted from T0 (default 0: none)")
+      ->check(at_least(0));
+  cmd.add_option("--disk-cache-mib", cache.disk_cache_mib,
+                 "T2 KV budget in MiB: pages evicted from T0 that T1 has no room for are written to the "
+                 "persistent store (--cache-dir) and read back from it (default 0: the store is only read)")
       ->check(at_least(0));
   cmd.add_option("--evict", cache.evict,
                  "eviction policy: workflow (default; KVFlow: the message read the most steps from now goes "
@@ -87,6 +91,14 @@ nlohmann::ordered_json tiers_json(const TierOptions& options, const kv::TierStat
       {"t1_load_bytes", s.t1_load_bytes},
       {"t1_load_tokens", s.t1_load_tokens},
       {"t1_evictions", s.t1_evictions},
+      {"t2_budget_bytes", size_t(options.disk_cache_mib) << 20},
+      {"t2_writes", s.t2_writes},
+      {"t2_write_bytes", s.t2_write_bytes},
+      {"t2_hits", s.t2_hits},
+      {"t2_load_bytes", s.t2_load_bytes},
+      {"t2_load_tokens", s.t2_load_tokens},
+      {"t2_bad", s.t2_bad},
+      {"t2_write_errors", s.t2_write_errors},
       {"recomputes", s.recomputes},
       {"recomputed_tokens", s.recomputed_tokens},
       {"load_ms", s.load_ms},
@@ -96,8 +108,10 @@ nlohmann::ordered_json tiers_json(const TierOptions& options, const kv::TierStat
 std::string tiers_line(const kv::TierStats& s) {
   return fmt::format(
       "cache: {} evictions from T0 (peak {:.1f} MiB); {} loads from T1 ({} tokens, peak {:.1f} MiB); {} "
-      "recomputes ({} tokens); {:.0f} ms loading",
+      "writes to and {} loads from T2 ({} tokens{}); {} recomputes ({} tokens); {:.0f} ms loading",
       s.t0_evictions, s.t0_peak_bytes / 1048576.0, s.t1_hits, s.t1_load_tokens, s.t1_peak_bytes / 1048576.0,
+      s.t2_writes, s.t2_hits, s.t2_load_tokens,
+      s.t2_bad + s.t2_write_errors ? fmt::format(", {} bad entries, {} failed writes", s.t2_bad, s.t2_write_errors) : "",
       s.recomputes, s.recomputed_tokens, s.load_ms);
 }
 

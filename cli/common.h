@@ -42,10 +42,12 @@ CLI::Validator at_least(long min);
 void add_page_tokens_option(CLI::App& cmd, int& page_tokens);
 
 /// The KV tiers of an engine (runtime/kv/tiers.h, docs/store.md "Tiers"): `--cache-mib` (T0, the page pool
-/// attention reads), `--host-cache-mib` (T1, host memory for pages evicted from T0) and `--evict` (policy).
+/// attention reads), `--host-cache-mib` (T1, host memory for pages evicted from T0), `--disk-cache-mib` (T2
+/// writes to the persistent store) and `--evict` (policy).
 struct TierOptions {
   int cache_mib = 4096;
   int host_cache_mib = 0;
+  int disk_cache_mib = 0;
   std::string evict = "workflow";
   size_t t0_bytes() const { return size_t(cache_mib) << 20; }
   kv::TierSettings tiers() const;

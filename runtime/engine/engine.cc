@@ -469,6 +469,8 @@ void Engine::make_resident(kv::Message& m, CallStats* stats) {
     tier_stats_.t1_load_bytes += n * store_.pool().page_bytes();
     tier_stats_.t1_load_tokens += m.tokens.size();
     if (stats) stats->n_loaded += int(m.tokens.size());
+  } else if (disk_ && load_pages_from_disk(m)) {
+    if (stats) stats->n_loaded += int(m.tokens.size());
   } else {
     recompute(m, stats);
   }
@@ -503,6 +505,34 @@ void Engine::recompute(kv::Message& m, CallStats* stats) {
   ++tier_stats_.recomputes;
   tier_stats_.recomputed_tokens += n_tokens;
   if (stats) stats->n_recomputed += n_tokens;
+}
+
+bool Engine::load_pages_from_disk(kv::Message& m) {
+  // Any usable entry with the message's content key: written by this engine's evictions, or by another run
+  // or `choreo encode`. Keys cover the model, tokens, positions and parents, and the tokens are checked too.
+  if (m.key == 0) return false;
+  std::optional<store::MappedEntry> entry = disk_->open(m.key, {model_.fingerprint(), store_.pool().layout()});
+  if (!entry || entry->meta().tokens != m.tokens || entry->meta().start_pos != m.start_pos) return false;
+  bool ok = false;
+  try {
+    Held loading(store_);
+    loading.add(m);
+    ok = disk_->read_pages(*entry, m.pages);  // checks every page's checksum first
+  } catch (...) {
+    m.pages.clear();
+    throw;
+  }
+  if (!ok) {
+    m.pages.clear();
+    m.on_disk = false;
+    ++tier_stats_.t2_bad;
+    return false;
+  }
+  disk_->touch(m.key);
+  ++tier_stats_.t2_hits;
+  tier_stats_.t2_load_bytes += entry->meta().n_pages() * store_.pool().page_bytes();
+  tier_stats_.t2_load_tokens += m.tokens.size();
+  return true;
 }
 
 bool Engine::evict_one() {
@@ -548,9 +578,30 @@ void Engine::offload(kv::Message& m) {
     for (size_t p = 0; p < n_pages; ++p) std::memcpy(m.host.page(p), m.pages.pages()[p], pool.page_bytes());
     ++tier_stats_.t1_offloads;
     tier_stats_.t1_offload_bytes += bytes;
+  } else if (m.host.empty()) {
+    write_back(m, {m.pages.pages().begin(), m.pages.pages().begin() + long(n_pages)});
   }
   m.pages.clear();
   ++tier_stats_.t0_evictions;
+}
+
+void Engine::write_back(kv::Message& m, std::vector<const float*> pages) {
+  // Write-back to T2: the message's own entry (its ancestors stay in memory, as records at least). An entry
+  // the store cannot take (its name held by a directory) leaves the message to be recomputed; a write that
+  // fails (a full disk) stops T2 writes for this engine.
+  const size_t bytes = pages.size() * store_.pool().page_bytes();
+  if (!disk_ || m.released || m.on_disk || m.key == 0 || tier_stats_.t2_write_bytes + bytes > tiers_.disk_bytes)
+    return;
+  try {
+    if (save_entry(m.id, 0, std::move(pages))) {
+      m.on_disk = true;
+      ++tier_stats_.t2_writes;
+      tier_stats_.t2_write_bytes += bytes;
+    }
+  } catch (const RuntimeFailure&) {
+    ++tier_stats_.t2_write_errors;
+    tiers_.disk_bytes = 0;
+  }
 }
 
 bool Engine::make_host_room(size_t bytes, kv::MessageId keep) {
@@ -569,7 +620,13 @@ bool Engine::make_host_room(size_t bytes, kv::MessageId keep) {
   const size_t target = host_.budget_bytes() >= bytes ? host_.budget_bytes() - bytes : 0;
   for (const kv::EvictionCandidate& c : resident) {
     if (host_.bytes_in_use() <= target) break;
-    store_.record(c.id).host.reset();
+    kv::Message& m = store_.record(c.id);
+    if (!m.resident()) {  // its last copy: down to T2 when it takes it
+      std::vector<const float*> pages;
+      for (size_t p = 0; p < m.host.n_pages(); ++p) pages.push_back(m.host.page(p));
+      write_back(m, pages);
+    }
+    m.host.reset();
     ++tier_stats_.t1_evictions;
   }
   return host_.bytes_in_use() <= target;
@@ -609,12 +666,12 @@ std::vector<kv::MessageId> Engine::unstored_ancestry(kv::MessageId id) {
   return order;
 }
 
-bool Engine::save_entry(kv::MessageId id, uint64_t tag) {
+bool Engine::save_entry(kv::MessageId id, uint64_t tag, std::vector<const float*> pages) {
   Held held(store_);
-  hold(id, held, nullptr);
+  if (pages.empty()) hold(id, held, nullptr);  // its T0 pages, brought back first if need be
   const kv::Message& m = store_.get(id);
   store::EntryMeta meta;
-  for (const kv::PlacedParent& p : m.parents) meta.parents.push_back({store_.get(p.message).key, p.offset});
+  for (const kv::PlacedParent& p : m.parents) meta.parents.push_back({store_.record(p.message).key, p.offset});
   meta.model_fingerprint = model_.fingerprint();
   meta.content_key = m.key;
   meta.tag = tag;
@@ -624,7 +681,7 @@ bool Engine::save_entry(kv::MessageId id, uint64_t tag) {
   meta.agent = m.agent;
   meta.visibility = uint32_t(m.visibility);
   meta.layout = store_.pool().layout();
-  std::vector<const float*> pages(m.pages.pages().begin(), m.pages.pages().end());
+  if (pages.empty()) pages.assign(m.pages.pages().begin(), m.pages.pages().end());
   pages.resize(meta.n_pages());  // a decode may hold a spare page beyond its last token
   return disk_->save(meta, pages);
 }

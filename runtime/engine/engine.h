@@ -97,6 +97,8 @@ class Engine {
   void prefetch(kv::MessageId id);
   /// Bytes held in T1 now.
   size_t host_bytes_in_use() const { return host_.bytes_in_use(); }
+  /// Bytes written to T2 by eviction so far (bounded by TierSettings::disk_bytes).
+  size_t disk_bytes_written() const { return tier_stats_.t2_write_bytes; }
 
   /// How soon each cached message is read next, as the workflow instances running here see it (KVFlow;
   /// the KV tiers' eviction and prefetch read it). Instances register and remove themselves.
@@ -117,13 +119,16 @@ class Engine {
   void hold(kv::MessageId id, Held& held, CallStats* stats);
   void make_resident(kv::Message& m, CallStats* stats);
   void recompute(kv::Message& m, CallStats* stats);
+  bool load_pages_from_disk(kv::Message& m);  // T2 -> T0; false: no usable entry
   bool evict_one();                    // the page pool's reclaimer
   void offload(kv::Message& m);        // frees m's T0 pages, first copying them to T1 when there is room
   bool make_host_room(size_t bytes, kv::MessageId keep);
+  void write_back(kv::Message& m, std::vector<const float*> pages);  // to T2, when it has room
   // The persistent store: see persist() and load().
   // `id` and its ancestors the disk store has no usable entry for, parents first.
   std::vector<kv::MessageId> unstored_ancestry(kv::MessageId id);
-  bool save_entry(kv::MessageId id, uint64_t tag);              // false: the entry's name is unusable
+  // false: the entry's name is unusable. `pages`: where its pages are (default: T0, loaded first if evicted).
+  bool save_entry(kv::MessageId id, uint64_t tag, std::vector<const float*> pages = {});
   // Loads parents first (recursively). Parents that load are in memory for the next lookup, and a load stops
   // at its first parent that fails, so the work stays linear in the ancestry even where paths meet.
   std::optional<kv::MessageId> load_from_disk(uint64_t key, int depth);

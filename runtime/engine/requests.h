@@ -21,7 +21,7 @@ struct CallStats {
   int n_computed = 0;  // tokens run through the model for this call
   int n_reused = 0;    // cached tokens attended to without recomputation
   // KV tiers (runtime/kv/tiers.h): what it took to bring evicted parents back to T0 before the call ran.
-  int n_loaded = 0;       // tokens loaded back from T1 (host memory)
+  int n_loaded = 0;       // tokens loaded back from T1 (host memory) or T2 (disk)
   int n_recomputed = 0;   // tokens recomputed because no tier held them (not counted in n_computed)
   double load_ms = 0;     // time spent on both
   double ttft_ms = 0;  // call start to first generated token (decode), or to encoded (prefill)

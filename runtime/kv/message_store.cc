@@ -72,7 +72,6 @@ void MessageStore::erase(MessageId id) {
     if (it != by_key_.end() && it->second == id) by_key_.erase(it);
   }
   m.released = true;
-  m.key = 0;
   m.pages.clear();
   m.host = {};
   --live_;

@@ -44,6 +44,7 @@ struct Message {
   int in_use = 0;                     // > 0: a call running now reads or writes its pages (not evictable)
   int n_children = 0;                 // published messages encoded over this one (shared prefixes have some)
   bool released = false;              // released by its owner: kept only as a recipe to recompute children
+  bool on_disk = false;               // this engine wrote its pages to T2 (the persistent store)
   uint64_t last_use = 0;
   /// The T1 (host memory) copy of the pages, or empty (runtime/kv/tiers.h).
   HostCopy host;

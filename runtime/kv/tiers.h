@@ -1,7 +1,9 @@
 #pragma once
 // KV tiers below the page pool (DESIGN.md §3, docs/store.md "Tiers"): T0 is the page pool attention reads
 // (kv::PagePool, with its own budget); T1 is host memory holding copies of pages evicted from T0, within a
-// budget of its own; below them, an encoding that is in no tier is recomputed from its parents. Which message
+// budget of its own; T2 is the persistent store on disk (runtime/store), written for messages T1 has no room
+// for when the engine has a T2 budget; below them, an encoding that is in no tier is recomputed from its
+// parents. Which message
 // leaves T0 first is the eviction policy's choice: `lru`, or `workflow` (KVFlow: the message whose next read
 // is the most steps away goes first).
 
@@ -28,6 +30,10 @@ EvictionPolicy parse_eviction_policy(std::string_view name);
 struct TierSettings {
   size_t host_bytes = 0;  // T1 budget; 0: no host tier (evicted pages are recomputed when needed again)
   EvictionPolicy policy = EvictionPolicy::Lru;
+  // T2, the engine's persistent store (Engine::set_disk_store): bytes this engine may write there for
+  // messages leaving T0 that T1 has no room for. 0: T2 is read (entries found there are loaded back) but
+  // never written by eviction.
+  size_t disk_bytes = 0;
 };
 
 /// What the tiers did during a run (Engine::tier_stats).
@@ -39,6 +45,13 @@ struct TierStats {
   uint64_t t1_load_bytes = 0;
   uint64_t t1_load_tokens = 0;
   uint64_t t1_evictions = 0;      // T1 copies dropped to make room in T1
+  uint64_t t2_writes = 0;         // messages written to T2 (the persistent store) on their way out of T0
+  uint64_t t2_write_bytes = 0;
+  uint64_t t2_hits = 0;           // messages loaded back T2 -> T0
+  uint64_t t2_load_bytes = 0;
+  uint64_t t2_load_tokens = 0;
+  uint64_t t2_bad = 0;            // T2 entries that failed their checksum (recomputed instead)
+  uint64_t t2_write_errors = 0;   // T2 writes that failed (I/O); T2 writes stop after the first
   uint64_t recomputes = 0;        // messages recomputed because no tier held them
   uint64_t recomputed_tokens = 0;
   size_t t0_peak_bytes = 0;

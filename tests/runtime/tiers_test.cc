@@ -9,6 +9,8 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +19,8 @@
 #include "runtime/engine/engine.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/kv/tiers.h"
+#include "runtime/store/disk_store.h"
+#include "tests/scratch_dir.h"
 #include "tests/runtime/bits.h"
 #include "tests/test_models.h"
 
@@ -41,10 +45,15 @@ struct Outcome {
 
 /// A run of prefills and decodes with reordered, overlapping and offset parents, a release, and messages
 /// read again rounds after they were written, so that a small T0 has to evict and bring back.
-Outcome scenario(size_t t0_bytes, const kv::TierSettings& tiers) {
+Outcome scenario(size_t t0_bytes, const kv::TierSettings& tiers, const std::string& disk_dir = {}) {
   const model::Model& m = *testing::stories260k().model;
   kv::PagePool pool(m.kv_layout(16), t0_bytes);
+  std::unique_ptr<store::DiskStore> disk;
   Engine e(m, pool);
+  if (!disk_dir.empty()) {
+    disk = std::make_unique<store::DiskStore>(disk_dir);
+    e.set_disk_store(disk.get());
+  }
   e.set_tiers(tiers);
   Outcome out;
   auto decode = [&](std::vector<Parent> parents, const std::string& header, int n) {
@@ -151,6 +160,70 @@ TEST_CASE("tiers: tokens, logits and pages are bit-identical whatever the budget
       }
     }
   }
+}
+
+TEST_CASE("tiers: T2 (the persistent store) takes what T1 has no room for, and gives back the same bits") {
+  const Outcome ref = scenario(size_t(64) << 20, {});
+  const size_t page = testing::stories260k().model->kv_layout(16).page_floats() * sizeof(float);
+  const size_t peak_pages = ref.t0_peak / page;
+  for (size_t t1_pages : {size_t(0), peak_pages / 4}) {
+    CAPTURE(t1_pages);
+    testing::ScratchDir dir;
+    const Outcome got = scenario(peak_pages * 2 / 3 * page, {t1_pages * page, kv::EvictionPolicy::Workflow,
+                                                             size_t(64) << 20}, dir.str());
+    check_same(ref, got);
+    CHECK(got.stats.t2_writes > 0);
+    CHECK(got.stats.t2_hits > 0);
+    CHECK(got.stats.t2_bad == 0);
+    // Released records (a recipe only) are the only messages recomputed: everything else came back.
+    CHECK(got.stats.recomputes <= 1);
+  }
+}
+
+TEST_CASE("tiers: a T2 entry corrupted on disk is detected by its checksum and recomputed") {
+  const model::Model& m = *testing::stories260k().model;
+  const size_t page = m.kv_layout(16).page_floats() * sizeof(float);
+  const PrefillRequest first{text(m, "Once upon a time there was a little girl named Lily who loved the sea and the sun."), {}};
+  DecodeRequest r;
+  r.header = text(m, " She");
+  r.max_tokens = 8;
+  r.record_logits = true;
+  std::vector<std::vector<float>> want;
+  {
+    kv::PagePool pool(m.kv_layout(16), size_t(64) << 20);
+    Engine e(m, pool);
+    r.parents = {{e.prefill(first).id}};
+    want = e.decode(r).logits;
+  }
+  testing::ScratchDir dir;
+  store::DiskStore disk(dir.str());
+  kv::PagePool pool(m.kv_layout(16), 8 * page);
+  Engine e(m, pool);
+  e.set_disk_store(&disk);
+  e.set_tiers({0, kv::EvictionPolicy::Lru, size_t(64) << 20});
+  const runtime::PrefillResult a = e.prefill(first);
+  for (int i = 0; e.store().get(a.id).resident(); ++i) {
+    REQUIRE(i < 20);
+    e.prefill({text(m, fmt::format("Story {}: a dog ran to the park and played with a ball all day long.", i)), {}});
+  }
+  REQUIRE(e.tier_stats().t2_writes > 0);
+  // Flip one byte of the last page's data.
+  const std::string path = disk.entry_path(e.store().get(a.id).key);
+  REQUIRE(std::filesystem::exists(path));
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-16, std::ios::end);
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 0x5a;
+    f.seekp(-16, std::ios::end);
+    f.write(&c, 1);
+  }
+  r.parents = {{a.id}};
+  const runtime::DecodeResult d = e.decode(r);
+  CHECK(e.tier_stats().t2_bad == 1);
+  CHECK(d.stats.n_recomputed == int(first.tokens.size()));
+  CHECK(testing::bit_identical(want, d.logits));
 }
 
 TEST_CASE("tiers: a call's metrics count the parent tokens loaded back and recomputed") {

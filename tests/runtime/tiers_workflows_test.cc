@@ -1,6 +1,6 @@
 // KV tiers never change results (issue 11): every shipped and corpus workflow, four instances at once in
 // choreo mode, gives bit-identical texts, tokens and logits with a T0 budget well below its working set,
-// under both eviction policies, with and without a T1 tier, as with a budget nothing has to leave.
+// under both eviction policies, with nothing, T1 or T2 below T0, as with a budget nothing has to leave.
 
 #include <doctest/doctest.h>
 
@@ -14,8 +14,10 @@
 #include "runtime/engine/engine.h"
 #include "runtime/exec/instances.h"
 #include "runtime/kv/page_pool.h"
+#include "runtime/store/disk_store.h"
 #include "tests/runtime/bits.h"
 #include "tests/runtime/workflow_cases.h"
+#include "tests/scratch_dir.h"
 #include "tests/test_models.h"
 #include "tests/test_paths.h"
 
@@ -34,7 +36,10 @@ struct Observed {
 Observed run(const dsl::Workflow& workflow, const model::Model& m, const exec::RunArguments& arguments,
              size_t t0_bytes, const kv::TierSettings& tiers) {
   kv::PagePool pool(m.kv_layout(16), t0_bytes);
+  testing::ScratchDir dir;
+  store::DiskStore disk(dir.str());
   runtime::Engine engine(m, pool, runtime::Mode::Choreo);
+  if (tiers.disk_bytes > 0) engine.set_disk_store(&disk);
   engine.set_tiers(tiers);
   exec::InstancesOptions options;
   options.concurrency = kInstances;
@@ -66,9 +71,9 @@ std::vector<exec::MessageRecord> without_modules(const std::vector<exec::Message
   return out;
 }
 
-TEST_CASE("tiers never change results: every shipped and corpus workflow, tight T0, both policies, with and without T1") {
+TEST_CASE("tiers never change results: every shipped and corpus workflow, tight T0, both policies, with nothing, T1 or T2 below") {
   size_t n_compared = 0;
-  uint64_t evictions = 0, recomputes = 0, reloads = 0;
+  uint64_t evictions = 0, recomputes = 0, reloads = 0, disk_loads = 0;
   for (const testing::WorkflowCase& c : testing::workflow_cases()) {
     CAPTURE(c.file);
     std::ifstream in(testing::require_file(c.file));
@@ -80,10 +85,11 @@ TEST_CASE("tiers never change results: every shipped and corpus workflow, tight 
     REQUIRE_MESSAGE(ref.error.empty(), ref.error);
     const size_t page = m.kv_layout(16).page_floats() * sizeof(float);
     for (kv::EvictionPolicy policy : {kv::EvictionPolicy::Workflow, kv::EvictionPolicy::Lru}) {
-      for (bool host : {false, true}) {
+      for (const char* below : {"nothing", "T1", "T2"}) {
         CAPTURE(kv::policy_name(policy));
-        CAPTURE(host);
-        const kv::TierSettings tiers{host ? ref.t0_peak : 0, policy};
+        CAPTURE(below);
+        const bool host = below == std::string("T1");
+        const kv::TierSettings tiers{host ? ref.t0_peak : 0, policy, below == std::string("T2") ? ref.t0_peak : 0};
         // The smallest of peak/4, peak/2, ... that holds every call's working set; a smaller one must fail
         // with the budget error, never otherwise.
         Observed got;
@@ -99,6 +105,7 @@ TEST_CASE("tiers never change results: every shipped and corpus workflow, tight 
         evictions += got.stats.t0_evictions;
         recomputes += got.stats.recomputes;
         reloads += got.stats.t1_hits;
+        disk_loads += got.stats.t2_hits;
         CHECK(got.t0_peak <= budget);
         if (host) CHECK(got.stats.t1_peak_bytes <= tiers.host_bytes);
         for (size_t i = 0; i < ref.outcomes.size(); ++i) {
@@ -118,9 +125,10 @@ TEST_CASE("tiers never change results: every shipped and corpus workflow, tight 
     }
   }
   MESSAGE("tiers: " << n_compared << " messages compared; " << evictions << " evictions from T0, " << recomputes
-                     << " recomputes, " << reloads << " reloads from T1");
+                     << " recomputes, " << reloads << " reloads from T1, " << disk_loads << " from T2");
   CHECK(recomputes > 0);
   CHECK(reloads > 0);
+  CHECK(disk_loads > 0);
 }
 
 }  // namespace

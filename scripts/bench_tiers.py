@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""KV tiers on KVFlow's sequential workflow (benchmarks/workflows/kvflow.yaml): agents with fixed ~2048-token
+prompts run round-robin while T0 holds only some of the prompts. Every configuration runs the same workflow on
+the same documents; the outputs must be identical (the script checks), only the time differs.
+
+usage: scripts/bench_tiers.py [-m MODEL] [--agents 10] [--rounds 5] [--hold 4] [-r 3] [-t 2]
+
+Configurations (T0 = --hold agents' prompts plus room for one turn):
+  all-fit      T0 holds everything: nothing is evicted (the floor)
+  lru-recomp   LRU, no T1: an evicted prompt is recomputed (llama.cpp / vLLM without offload)
+  lru-reload   LRU, T1 holds every prompt: evicted prompts are copied back (HiCache-style reactive reload)
+  wf-recomp    workflow (KVFlow) eviction, no T1
+  wf-reload    workflow eviction, T1 holds every prompt
+The configurations take turns within each of the r rounds. Each figure is the mean over the rounds with the
+per-round range; "vs lru-recomp" is the ratio of the means.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_MODEL = os.path.expanduser("~/.cache/choreo/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def documents(n, chars):
+    """n distinct LongBench contexts, cut to about `chars` characters."""
+    seen, docs = set(), []
+    with open(os.path.join(os.environ.get("CHOREO_SHARED", os.path.join(ROOT, "..", "shared")),
+                           "data", "longbench", "multifieldqa_en.jsonl")) as f:
+        for line in f:
+            ctx = json.loads(line)["context"]
+            if ctx[:200] in seen:
+                continue
+            seen.add(ctx[:200])
+            docs.append(ctx[:chars])
+            if len(docs) == n:
+                return docs
+    sys.exit(f"only {len(docs)} distinct contexts")
+
+
+def run(choreo, model, row, args, extra):
+    with tempfile.NamedTemporaryFile(suffix=".json") as js:
+        cmd = [choreo, "run", os.path.join(ROOT, "benchmarks", "workflows", "kvflow.yaml"), "-m", model,
+               "--inputs", row, "--param", f"agents={args.agents}", "--param", f"rounds={args.rounds}",
+               "-t", str(args.threads), "--no-store", "--json", js.name] + extra
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.monotonic() - t0
+        if p.returncode != 0:
+            sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr}")
+        doc = json.load(open(js.name))
+    inst = doc["instances"][0]
+    outs = [m["text"] for m in inst["messages"] if m["kind"] == "decode"]
+    prompt_tokens = [m["n_computed"] for m in inst["messages"] if m["name"].startswith("prompt[")]
+    return wall, doc["tiers"], outs, prompt_tokens
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-m", "--model", default=DEFAULT_MODEL)
+    ap.add_argument("--agents", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=5, help="workflow rounds (turns per agent)")
+    ap.add_argument("--hold", type=int, default=4, help="prompts T0 holds")
+    ap.add_argument("--chars", type=int, default=8000, help="characters per document (~2048 tokens)")
+    ap.add_argument("-r", "--repeat", type=int, default=3, help="measurement rounds")
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--choreo", default=os.path.join(ROOT, "build", "choreo"))
+    args = ap.parse_args()
+
+    docs = documents(args.agents, args.chars)
+    tmp = tempfile.mkdtemp()
+    row = os.path.join(tmp, "row.jsonl")
+    with open(row, "w") as f:
+        f.write(json.dumps({"docs": docs}) + "\n")
+
+    # Size T0 from the model's page size: one probe run with everything in T0.
+    _, tiers, ref_out, prompt_tokens = run(args.choreo, args.model, row, args, ["--cache-mib", "8192"])
+    page_bytes = tiers["t0_peak_bytes"]  # refined below
+    peak_mib = tiers["t0_peak_bytes"] / 2**20
+    per_prompt_mib = peak_mib / args.agents  # prompts dominate what the run holds
+    t0_mib = int(per_prompt_mib * args.hold + per_prompt_mib) + 1
+    t1_mib = int(peak_mib) + 64
+    print(f"model {os.path.basename(args.model)}; {args.agents} agents x {args.rounds} rounds; prompts "
+          f"{min(prompt_tokens)}-{max(prompt_tokens)} tokens; whole run holds {peak_mib:.0f} MiB; "
+          f"T0 {t0_mib} MiB (~{args.hold} prompts), T1 {t1_mib} MiB", flush=True)
+    configs = {
+        "all-fit": ["--cache-mib", "8192"],
+        "lru-recomp": ["--cache-mib", str(t0_mib), "--evict", "lru"],
+        "lru-reload": ["--cache-mib", str(t0_mib), "--evict", "lru", "--host-cache-mib", str(t1_mib)],
+        "wf-recomp": ["--cache-mib", str(t0_mib), "--evict", "workflow"],
+        "wf-reload": ["--cache-mib", str(t0_mib), "--evict", "workflow", "--host-cache-mib", str(t1_mib)],
+    }
+    walls = {c: [] for c in configs}
+    last = {}
+    for r in range(args.repeat):
+        order = list(configs) if r % 2 == 0 else list(reversed(configs))
+        for c in order:
+            wall, tiers, outs, _ = run(args.choreo, args.model, row, args, configs[c])
+            if outs != ref_out:
+                sys.exit(f"{c}: outputs differ from the all-fit run: tiers changed a result")
+            walls[c].append(wall)
+            last[c] = tiers
+            print(f"  round {r + 1} {c}: {wall:.1f} s", file=sys.stderr, flush=True)
+    base = statistics.mean(walls["lru-recomp"])
+    print()
+    print("| configuration | end-to-end s (mean, range) | vs lru-recomp | T0 evictions | T1 loads | recomputed tokens | peak T0 / T1 MiB |")
+    print("|---|---|---|---|---|---|---|")
+    for c in configs:
+        m = statistics.mean(walls[c])
+        t = last[c]
+        print(f"| {c} | {m:.1f} ({min(walls[c]):.1f}-{max(walls[c]):.1f}) | {base / m:.2f}x | {t['t0_evictions']} | "
+              f"{t['t1_hits']} | {t['recomputed_tokens']} | {t['t0_peak_bytes'] / 2**20:.0f} / "
+              f"{t['t1_peak_bytes'] / 2**20:.0f} |")
+    print(f"\nevery configuration gave the all-fit run's {len(ref_out)} outputs exactly")
+
+
+if __name__ == "__main__":
+    main()
