@@ -34,7 +34,7 @@ struct EvalRunOptions {
   long limit = -1;
   int concurrency = 4;
   int n_threads = 0;
-  int cache_mib = 4096;
+  TierOptions tiers;
   int page_tokens = 32;
   bool resume = false, no_leak = false, json = false, sync = false;
   int64_t max_steps = dsl::kDefaultMaxSteps;
@@ -88,14 +88,17 @@ void run_eval_command(const EvalRunOptions& o) {
   settings.shared.max_steps = o.max_steps;
   settings.no_leak = o.no_leak;
   settings.page_tokens = o.page_tokens;
-  settings.cache_bytes = size_t(o.cache_mib) << 20;
+  settings.cache_bytes = o.tiers.t0_bytes();
+  settings.tiers = o.tiers.tiers();
   const eval::Shard shard = eval::parse_shard(o.shard);
   // Only an explicit --cache-dir is read, so that timings never depend on what was encoded before.
   std::optional<store::DiskStore> disk;
   if (!o.cache_dir.empty()) {
-    disk.emplace(o.cache_dir, /*create=*/false);
+    disk.emplace(o.cache_dir, /*create=*/o.tiers.disk_cache_mib > 0);  // T2 writes need a writable store
     settings.store = &*disk;
   }
+  std::unique_ptr<store::RedisStore> redis = open_redis(o.tiers);
+  settings.remote = redis.get();
   const dsl::Workflow workflow = dsl::load_workflow(o.workflow_path);
   const eval::Dataset data = eval::load_dataset(
       o.data_path, o.format.empty() ? std::nullopt : std::optional(eval::parse_format(o.format)));
@@ -186,8 +189,7 @@ void add_eval_run(CLI::App& eval_group) {
   cmd.add_option("--cache-dir", o->cache_dir,
                  "persistent store (e.g. PML modules saved by choreo encode) that choreo mode reads encodings "
                  "from; the baselines never read it (default: none)");
-  cmd.add_option("--cache-mib", o->cache_mib, "KV page pool budget per mode in MiB (default 4096)")
-      ->check(at_least(1));
+  add_tier_options(cmd, o->tiers);
   add_page_tokens_option(cmd, o->page_tokens);
   add_max_steps_option(cmd, o->max_steps);
   cmd.add_flag("--json", o->json, "print the closing summary as JSON");

@@ -33,6 +33,8 @@ void run_exec(const ExecOptions& o) {
   kv::PagePool pool(lm.model->kv_layout(o.page_tokens), o.tiers.t0_bytes());
   runtime::Engine engine(*lm.model, pool, mode);
   engine.set_tiers(o.tiers.tiers());
+  std::unique_ptr<store::RedisStore> redis = mode == runtime::Mode::Choreo ? open_redis(o.tiers) : nullptr;
+  engine.set_remote_store(redis.get());
   exec::run_calls(calls, from_stdin ? "<stdin>" : o.calls_path, engine, std::cout);
 }
 

@@ -82,8 +82,8 @@ void run_profile(const ProfileOptions& o) {
   int unforced = 0;
   double b_computed = 0, c_computed = 0, b_reused = 0, c_reused = 0, generated = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
-    // Fresh engines per instance (each mode starts cold, and the page pools never fill up: nothing evicts
-    // encodings yet, and a ToT instance holds ~0.5 GiB of fp32 KV).
+    // Fresh engines per instance: each mode starts cold, so the numbers are cold-cache numbers. An instance
+    // whose KV outgrows --cache-mib evicts within itself (docs/store.md, "Tiers"), with the same results.
     runtime::Engine baseline(*lm.model, baseline_pool, baseline_mode);
     runtime::Engine choreo(*lm.model, choreo_pool, runtime::Mode::Choreo);
     exec::ProfiledInstance p;

@@ -160,7 +160,8 @@ void print_summary(const std::vector<exec::InstanceOutcome>& outcomes, const mod
   line += fmt::format("; a prefix-caching chat baseline would compute {} tokens", baseline.computed);
   if (computed > 0) line += fmt::format(" ({:.1f}x)", double(baseline.computed) / double(computed));
   std::fprintf(stderr, "%s\n", line.c_str());
-  if (tiers.t0_evictions > 0) std::fprintf(stderr, "%s\n", tiers_line(tiers).c_str());
+  if (tiers.t0_evictions > 0 || tiers.t3_writes > 0 || tiers.t3_hits > 0)
+    std::fprintf(stderr, "%s\n", tiers_line(tiers).c_str());
 }
 
 /// Prints an error that stopped one instance (of several) and keeps going.
@@ -192,6 +193,8 @@ void run_run(const RunOptions& o) {
       engine.set_disk_store(disk.get());
     }
   }
+  std::unique_ptr<store::RedisStore> redis = mode == runtime::Mode::Choreo ? open_redis(o.tiers) : nullptr;
+  engine.set_remote_store(redis.get());
 
   const bool colour = isatty(STDOUT_FILENO) != 0;
   auto colour_of = [&](const std::string& agent) { return colour ? agent_colour(workflow, agent) : std::string(); };

@@ -1,5 +1,6 @@
 #include "cli/common.h"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "dsl/budget.h"
@@ -71,10 +72,29 @@ void add_tier_options(CLI::App& cmd, TierOptions& cache) {
                  "T2 KV budget in MiB: pages evicted from T0 that T1 has no room for are written to the "
                  "persistent store (--cache-dir) and read back from it (default 0: the store is only read)")
       ->check(at_least(0));
+  cmd.add_option("--redis", cache.redis,
+                 "T3: share encodings through this Redis server (host:port; password from "
+                 "$CHOREO_REDIS_PASSWORD): computed prefills are written to it, and misses read from it");
+  cmd.add_flag("--redis-best-effort", cache.redis_best_effort,
+               "when the Redis server cannot be used at start-up, warn and run without it");
   cmd.add_option("--evict", cache.evict,
                  "eviction policy: workflow (default; KVFlow: the message read the most steps from now goes "
                  "first) or lru")
       ->check(CLI::IsMember({"workflow", "lru"}));
+}
+
+std::unique_ptr<store::RedisStore> open_redis(const TierOptions& options) {
+  if (options.redis.empty()) return nullptr;
+  store::RedisAddress address = store::parse_redis_address(options.redis);
+  if (const char* pw = std::getenv("CHOREO_REDIS_PASSWORD")) address.password = pw;
+  auto warn = [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); };
+  try {
+    return std::make_unique<store::RedisStore>(address, warn);
+  } catch (const InputError& e) {
+    if (!options.redis_best_effort) throw;
+    warn(fmt::format("{} ({}); running without T3", e.message(), e.hint()));
+    return nullptr;
+  }
 }
 
 nlohmann::ordered_json tiers_json(const TierOptions& options, const kv::TierStats& s) {
@@ -99,6 +119,12 @@ nlohmann::ordered_json tiers_json(const TierOptions& options, const kv::TierStat
       {"t2_load_tokens", s.t2_load_tokens},
       {"t2_bad", s.t2_bad},
       {"t2_write_errors", s.t2_write_errors},
+      {"t3_server", options.redis},
+      {"t3_writes", s.t3_writes},
+      {"t3_write_bytes", s.t3_write_bytes},
+      {"t3_hits", s.t3_hits},
+      {"t3_load_tokens", s.t3_load_tokens},
+      {"t3_bad", s.t3_bad},
       {"recomputes", s.recomputes},
       {"recomputed_tokens", s.recomputed_tokens},
       {"load_ms", s.load_ms},
@@ -108,11 +134,13 @@ nlohmann::ordered_json tiers_json(const TierOptions& options, const kv::TierStat
 std::string tiers_line(const kv::TierStats& s) {
   return fmt::format(
       "cache: {} evictions from T0 (peak {:.1f} MiB); {} loads from T1 ({} tokens, peak {:.1f} MiB); {} "
-      "writes to and {} loads from T2 ({} tokens{}); {} recomputes ({} tokens); {:.0f} ms loading",
+      "writes to and {} loads from T2 ({} tokens{}); {} recomputes ({} tokens); {:.0f} ms loading{}",
       s.t0_evictions, s.t0_peak_bytes / 1048576.0, s.t1_hits, s.t1_load_tokens, s.t1_peak_bytes / 1048576.0,
       s.t2_writes, s.t2_hits, s.t2_load_tokens,
       s.t2_bad + s.t2_write_errors ? fmt::format(", {} bad entries, {} failed writes", s.t2_bad, s.t2_write_errors) : "",
-      s.recomputes, s.recomputed_tokens, s.load_ms);
+      s.recomputes, s.recomputed_tokens, s.load_ms,
+      s.t3_writes + s.t3_hits ? fmt::format("; T3: {} writes, {} loads ({} tokens)", s.t3_writes, s.t3_hits, s.t3_load_tokens)
+                              : "");
 }
 
 void add_max_steps_option(CLI::App& cmd, int64_t& max_steps) {

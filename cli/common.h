@@ -12,6 +12,7 @@
 
 #include "kernels/backend.h"
 #include "runtime/kv/tiers.h"
+#include "runtime/store/redis_store.h"
 #include "runtime/model/llama.h"
 
 namespace choreo::cli {
@@ -49,10 +50,15 @@ struct TierOptions {
   int host_cache_mib = 0;
   int disk_cache_mib = 0;
   std::string evict = "workflow";
+  std::string redis;               // T3: host:port ("" for none); the password is $CHOREO_REDIS_PASSWORD
+  bool redis_best_effort = false;  // a Redis that cannot be used at start-up is a warning, not an error
   size_t t0_bytes() const { return size_t(cache_mib) << 20; }
   kv::TierSettings tiers() const;
 };
 void add_tier_options(CLI::App& cmd, TierOptions& cache);
+/// Connects to the T3 server of `--redis` (null without one). A server that cannot be used is an InputError,
+/// or with --redis-best-effort a warning and null. Mid-run failures are warnings (runtime/store/redis_store.h).
+std::unique_ptr<store::RedisStore> open_redis(const TierOptions& options);
 /// The tiers' settings and what they did, for --json.
 nlohmann::ordered_json tiers_json(const TierOptions& options, const kv::TierStats& stats);
 /// One line on what the tiers did ("cache: ...").

@@ -91,6 +91,15 @@ struct Agent {
 enum class Role { None, System, User, Assistant };
 
 /// A message declared under `messages:`; exactly one of text / field / prompt is set.
+/// KV retention hints of a message or call (docs/store.md, "Tiers"): literals, known before the run.
+struct Retention {
+  bool pin = false;              ///< `pin: true`: its encoding stays in T0 while the run lasts
+  int64_t priority = 0;          ///< `priority: N` (-1000..1000): lower goes first when T0 must make room
+  std::optional<int64_t> ttl_s;  ///< `ttl: SECONDS`: unused this long, it goes first
+  bool release = false;          ///< `release: true`: once this run will not read it again, it goes first
+  bool any() const { return pin || priority != 0 || ttl_s || release; }
+};
+
 struct Message {
   Text name;
   Role role = Role::None;
@@ -99,6 +108,7 @@ struct Message {
   std::optional<Text> prompt;      ///< a PML prompt (a template), with `pml` naming its schema file
   std::optional<Text> pml;         ///< the PML schema file of `prompt` (a template; relative to the workflow)
   std::optional<Text> private_to;  ///< an agent name (or a template naming one)
+  Retention retention;
   SourceLocation where;
 };
 
@@ -151,6 +161,7 @@ struct Call {
   Sampling sampling;               ///< decode: overrides
   std::optional<Loop> for_each;
   std::optional<Text> when;  ///< an expression; the call is skipped when false
+  Retention retention;
   SourceLocation where;
 };
 

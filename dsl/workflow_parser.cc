@@ -264,8 +264,10 @@ class Parser : private YamlReader {
       m.name = e.key;
       m.where = e.key.where;
       check_identifier(m.name, "a message");
-      Entries spec = read_map(e.value, e.key.value, {"role", "text", "field", "prompt", "pml", "private"},
+      Entries spec = read_map(e.value, e.key.value,
+                              {"role", "text", "field", "prompt", "pml", "private", "pin", "priority", "ttl", "release"},
                               fmt::format("message `{}`", e.key.value), &e.key.where);
+      m.retention = read_retention(spec);
       if (auto* r = spec.find("role")) m.role = read_role(*r);
       if (auto* t = spec.find("text")) m.text = read_text(*t);
       if (auto* f = spec.find("field")) m.field = read_nonempty_text(*f);
@@ -475,11 +477,35 @@ class Parser : private YamlReader {
     return out;
   }
 
+  /// `pin`, `priority`, `ttl`, `release`: literals (the engine reads them from the compiled plan).
+  Retention read_retention(const Entries& map) {
+    Retention r;
+    auto literal = [&](const Entry& e, std::string_view key, int64_t low, int64_t high, std::string_view unit) {
+      const Text t = read_nonempty_text(e);
+      const std::optional<int64_t> v = parse_integer(t, key);
+      if (!v || *v < low || *v > high)
+        throw file_.error(t.where, fmt::format("`{}` must be a whole number from {} to {}{}, got `{}`", key, low,
+                                               high, unit, t.value),
+                          fmt::format("e.g. `{}: {}` (a literal: the engine reads it before the run)", key,
+                                      key == "ttl" ? 600 : 10));
+      return *v;
+    };
+    if (auto* x = map.find("pin")) r.pin = read_bool(*x);
+    if (auto* x = map.find("release")) r.release = read_bool(*x);
+    if (auto* x = map.find("priority")) r.priority = literal(*x, "priority", -1000, 1000, "");
+    if (auto* x = map.find("ttl")) r.ttl_s = literal(*x, "ttl", 1, 86400 * 365, " seconds");
+    if (r.pin && r.release)
+      throw file_.error(map.find("release")->key.where, "`pin: true` and `release: true` contradict each other",
+                        "keep one of them");
+    return r;
+  }
+
   Call read_call(const Entry& e) {
     Call c;
     c.kind = e.key.value == "decode" ? CallKind::Decode : CallKind::Prefill;
     c.where = e.key.where;
-    Keys keys = {"as", "role", "parents", "new_offset", "agent", "private", "for", "when"};
+    Keys keys = {"as", "role", "parents", "new_offset", "agent", "private", "for", "when",
+                 "pin", "priority", "ttl", "release"};
     if (c.kind == CallKind::Prefill) {
       keys.insert(keys.end(), {"text", "message"});
     } else {
@@ -495,6 +521,7 @@ class Parser : private YamlReader {
     if (auto* x = map.find("private")) c.private_to = read_nonempty_text(*x);
     if (auto* x = map.find("for")) c.for_each = read_loop(*x);
     if (auto* x = map.find("when")) c.when = read_expression(*x);
+    c.retention = read_retention(map);
     if (c.kind == CallKind::Prefill) {
       if (auto* x = map.find("text")) c.text = read_text(*x);
       if (auto* x = map.find("message")) c.message = read_name(*x);

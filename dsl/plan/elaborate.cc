@@ -438,6 +438,7 @@ class Elaborator {
       b.node.where = m.name.where;
       b.role = m.role;
       b.message = &m;
+      b.node.retention = m.retention;
       if (m.private_to) b.node.agent = b.node.private_to = agent(*m.private_to, globals_, m.name.value);
       if (m.prompt) {
         out_.notes.push_back(
@@ -514,6 +515,7 @@ class Elaborator {
       n.name += fmt::format("[{}]", v.as_int());
     }
     for (const Parent& parent : call.parents) add_parents(n, parent, scope);
+    n.retention = call.retention;
     if (call.new_offset) {
       n.new_offset = integer(*call.new_offset, scope, "new_offset", 0, kMaxPosition);
       n.new_offset_dynamic = !n.new_offset;

@@ -54,6 +54,7 @@ struct Node {
   bool conditional = false;           ///< the run may skip it (a `when`, or after an `until` that may stop)
   bool pml = false;                   ///< a PML message: at run time, the list of its pieces (docs/pml.md)
   std::optional<Text> model;          ///< decodes: `model:` as written
+  Retention retention;                ///< `pin`, `priority`, `ttl`, `release` (the KV tiers read them)
   std::vector<Iteration> iterations;  ///< the enclosing `repeat` iterations, outermost first
   size_t batch = 0;                   ///< index into Plan::batches (= the step at which it runs)
   SourceLocation where;               ///< the call's key (`decode:`) or the message's name

@@ -12,6 +12,7 @@
 #include "runtime/engine/mode.h"
 #include "runtime/engine/stop_strings.h"
 #include "runtime/store/disk_store.h"
+#include "runtime/store/redis_store.h"
 
 namespace choreo::runtime {
 
@@ -72,6 +73,13 @@ class Engine::Held {
  private:
   kv::MessageStore& store_;
   std::vector<kv::MessageId> ids_;
+};
+
+struct Engine::Stored {
+  std::optional<store::MappedEntry> mapped;  // T2
+  std::vector<uint8_t> bytes;                // T3: the value read
+  store::ParsedEntry parsed;                 // T3: its header, checked
+  const store::EntryMeta& meta() const { return mapped ? mapped->meta() : parsed.meta; }
 };
 
 Engine::Engine(const model::Model& model, kv::PagePool& pool, Mode mode, int max_batch)
@@ -243,7 +251,7 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
       results[i].stats.n_reused += int(r.tokens.size());
       continue;
     }
-    if (std::optional<kv::MessageId> loaded = disk_ ? load_from_disk(key, 0) : std::nullopt) {
+    if (std::optional<kv::MessageId> loaded = disk_ || remote_ ? load_stored(key, 0) : std::nullopt) {
       results[i].id = *loaded;
       results[i].loaded = true;
       results[i].stats.n_reused += int(r.tokens.size());
@@ -273,7 +281,10 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
       pages += need;
     }
     encode(part);
-    for (Work* w : part) store_.publish(*w->msg);
+    for (Work* w : part) {
+      store_.publish(*w->msg);
+      share(*w->msg);  // T3: written through, for other processes
+    }
   }
   if (disk_ && persist_prefills_)
     for (Work& w : works) persist(w.msg->id);
@@ -445,6 +456,7 @@ void Engine::hold(kv::MessageId id, Held& held, CallStats* stats) {
 
 void Engine::make_resident(kv::Message& m, CallStats* stats) {
   m.last_use = store_.tick();
+  m.last_use_ms = kv::tier_clock_ms();
   if (m.resident() || !m.complete()) return;  // in T0 already, or nothing encoded to bring back
   const double t0 = now_ms();
   if (!m.host.empty()) {
@@ -469,7 +481,7 @@ void Engine::make_resident(kv::Message& m, CallStats* stats) {
     tier_stats_.t1_load_bytes += n * store_.pool().page_bytes();
     tier_stats_.t1_load_tokens += m.tokens.size();
     if (stats) stats->n_loaded += int(m.tokens.size());
-  } else if (disk_ && load_pages_from_disk(m)) {
+  } else if ((disk_ || remote_) && load_pages_stored(m)) {
     if (stats) stats->n_loaded += int(m.tokens.size());
   } else {
     recompute(m, stats);
@@ -507,32 +519,55 @@ void Engine::recompute(kv::Message& m, CallStats* stats) {
   if (stats) stats->n_recomputed += n_tokens;
 }
 
-bool Engine::load_pages_from_disk(kv::Message& m) {
-  // Any usable entry with the message's content key: written by this engine's evictions, or by another run
-  // or `choreo encode`. Keys cover the model, tokens, positions and parents, and the tokens are checked too.
+bool Engine::load_pages_stored(kv::Message& m) {
+  // Any usable entry with the message's content key, in T2 or T3: written by this engine's evictions, or by
+  // another run, process or `choreo encode`. Keys cover the model, tokens, positions and parents, and the
+  // tokens are checked too.
   if (m.key == 0) return false;
-  std::optional<store::MappedEntry> entry = disk_->open(m.key, {model_.fingerprint(), store_.pool().layout()});
+  std::optional<Stored> entry = open_stored(m.key);
   if (!entry || entry->meta().tokens != m.tokens || entry->meta().start_pos != m.start_pos) return false;
   bool ok = false;
   try {
     Held loading(store_);
     loading.add(m);
-    ok = disk_->read_pages(*entry, m.pages);  // checks every page's checksum first
+    ok = read_stored(*entry, m.pages);
   } catch (...) {
     m.pages.clear();
     throw;
   }
   if (!ok) {
     m.pages.clear();
-    m.on_disk = false;
-    ++tier_stats_.t2_bad;
+    if (entry->mapped) m.on_disk = false;
+    ++(entry->mapped ? tier_stats_.t2_bad : tier_stats_.t3_bad);
     return false;
   }
-  disk_->touch(m.key);
-  ++tier_stats_.t2_hits;
-  tier_stats_.t2_load_bytes += entry->meta().n_pages() * store_.pool().page_bytes();
-  tier_stats_.t2_load_tokens += m.tokens.size();
+  const uint64_t bytes = entry->meta().n_pages() * store_.pool().page_bytes();
+  if (entry->mapped) {
+    disk_->touch(m.key);
+    ++tier_stats_.t2_hits;
+    tier_stats_.t2_load_bytes += bytes;
+    tier_stats_.t2_load_tokens += m.tokens.size();
+  } else {
+    ++tier_stats_.t3_hits;
+    tier_stats_.t3_load_tokens += m.tokens.size();
+  }
   return true;
+}
+
+std::optional<kv::EvictionCandidate> Engine::candidate(kv::MessageId id, const kv::Message& m) const {
+  kv::EvictionCandidate c{id, std::nullopt, m.n_children > 0, m.released, m.last_use, 0};
+  if (m.released) return c;
+  // The running workflows' hints (`pin`, `priority`, `ttl`, `release`) and steps to execution.
+  const std::optional<kv::Retention> hint = step_oracles_.size() ? step_oracles_.retention(id) : std::nullopt;
+  if (hint && hint->pin) return std::nullopt;
+  if (tiers_.policy == kv::EvictionPolicy::Workflow || (hint && hint->release))
+    c.steps = step_oracles_.steps_to_execution(id);
+  if (hint) {
+    c.priority = hint->priority;
+    if (hint->ttl_ms && kv::tier_clock_ms() - m.last_use_ms > *hint->ttl_ms) c.released = true;  // expired
+    if (hint->release && !c.steps) c.released = true;  // its workflow will not read it again
+  }
+  return c;
 }
 
 bool Engine::evict_one() {
@@ -542,17 +577,18 @@ bool Engine::evict_one() {
   for (kv::MessageId id = 0; id < store_.n_records(); ++id) {
     kv::Message* m = store_.record_or_null(id);
     if (!m || !m->resident()) continue;
-    if (!m->complete() || m->in_use > 0 || m->pins > 0 || id == bos_) {
+    std::optional<kv::EvictionCandidate> c;
+    const bool movable = m->complete() && m->in_use == 0 && m->pins == 0 && id != bos_;
+    if (movable) c = candidate(id, *m);
+    if (!c) {
       held_pages += m->pages.pages().size();
       if (held.size() < 6 && id != bos_)
         held.push_back(fmt::format("message {}{} ({} tokens{})", id,
                                    m->agent.empty() ? "" : fmt::format(" of agent '{}'", m->agent),
-                                   m->tokens.size(), m->pins > 0 ? ", pinned" : ""));
+                                   m->tokens.size(), movable || m->pins > 0 ? ", pinned" : ""));
       continue;
     }
-    std::optional<size_t> steps;
-    if (tiers_.policy == kv::EvictionPolicy::Workflow && !m->released) steps = step_oracles_.steps_to_execution(id);
-    candidates.push_back({id, steps, m->n_children > 0, m->released, m->last_use});
+    candidates.push_back(*c);
   }
   if (candidates.empty()) {
     const kv::PagePool& pool = store_.pool();
@@ -561,7 +597,7 @@ bool Engine::evict_one() {
                     "{:.2f} MiB are in use or pinned{}{}",
                     pool.budget_bytes() / 1048576.0, held_pages, pool.page_bytes() / 1048576.0,
                     held.empty() ? "" : ", by ", fmt::join(held, ", ")),
-        "raise the cache budget (--cache-mib), or give the calls fewer or shorter parents");
+        "raise the cache budget (--cache-mib), pin fewer messages, or give the calls fewer or shorter parents");
   }
   kv::order_for_eviction(candidates, tiers_.policy);
   offload(store_.record(candidates.front().id));
@@ -610,9 +646,9 @@ bool Engine::make_host_room(size_t bytes, kv::MessageId keep) {
   for (kv::MessageId id = 0; id < store_.n_records(); ++id) {
     kv::Message* m = store_.record_or_null(id);
     if (!m || m->host.empty() || id == keep) continue;
-    std::optional<size_t> steps;
-    if (tiers_.policy == kv::EvictionPolicy::Workflow && !m->released) steps = step_oracles_.steps_to_execution(id);
-    (m->resident() ? resident : evicted).push_back({id, steps, m->n_children > 0, m->released, m->last_use});
+    const std::optional<kv::EvictionCandidate> c = candidate(id, *m);
+    if (!c && !m->resident()) continue;  // pinned: its only copy stays
+    (m->resident() ? resident : evicted).push_back(c.value_or(kv::EvictionCandidate{id}));
   }
   kv::order_for_eviction(resident, tiers_.policy);
   kv::order_for_eviction(evicted, tiers_.policy);
@@ -633,6 +669,8 @@ bool Engine::make_host_room(size_t bytes, kv::MessageId keep) {
 }
 
 // ---- the persistent store (docs/store.md) ----------------------------------------------------------
+
+void Engine::set_remote_store(store::RedisStore* remote) { remote_ = remote; }
 
 void Engine::set_disk_store(store::DiskStore* disk, bool persist_prefills) {
   disk_ = disk;
@@ -666,10 +704,7 @@ std::vector<kv::MessageId> Engine::unstored_ancestry(kv::MessageId id) {
   return order;
 }
 
-bool Engine::save_entry(kv::MessageId id, uint64_t tag, std::vector<const float*> pages) {
-  Held held(store_);
-  if (pages.empty()) hold(id, held, nullptr);  // its T0 pages, brought back first if need be
-  const kv::Message& m = store_.get(id);
+store::EntryMeta Engine::entry_meta(const kv::Message& m, uint64_t tag) const {
   store::EntryMeta meta;
   for (const kv::PlacedParent& p : m.parents) meta.parents.push_back({store_.record(p.message).key, p.offset});
   meta.model_fingerprint = model_.fingerprint();
@@ -681,9 +716,30 @@ bool Engine::save_entry(kv::MessageId id, uint64_t tag, std::vector<const float*
   meta.agent = m.agent;
   meta.visibility = uint32_t(m.visibility);
   meta.layout = store_.pool().layout();
+  return meta;
+}
+
+bool Engine::save_entry(kv::MessageId id, uint64_t tag, std::vector<const float*> pages) {
+  Held held(store_);
+  if (pages.empty()) hold(id, held, nullptr);  // its T0 pages, brought back first if need be
+  const kv::Message& m = store_.get(id);
+  const store::EntryMeta meta = entry_meta(m, tag);
   if (pages.empty()) pages.assign(m.pages.pages().begin(), m.pages.pages().end());
   pages.resize(meta.n_pages());  // a decode may hold a spare page beyond its last token
   return disk_->save(meta, pages);
+}
+
+void Engine::share(const kv::Message& m) {
+  if (!remote_ || !remote_->usable() || m.key == 0 || !m.resident()) return;
+  const store::EntryMeta meta = entry_meta(m, 0);
+  std::vector<std::span<const uint8_t>> pages;
+  for (size_t i = 0; i < meta.n_pages(); ++i)
+    pages.push_back({reinterpret_cast<const uint8_t*>(m.pages.pages()[i]), meta.page_bytes()});
+  const std::vector<uint8_t> entry = store::encode_entry(meta, pages);
+  if (remote_->put(m.key, entry)) {
+    ++tier_stats_.t3_writes;
+    tier_stats_.t3_write_bytes += entry.size();
+  }
 }
 
 void Engine::persist(kv::MessageId id, uint64_t tag) {
@@ -718,35 +774,87 @@ void Engine::persist(kv::MessageId id, uint64_t tag) {
 
 std::optional<kv::MessageId> Engine::load(uint64_t key) {
   if (kv::Message* m = store_.find(key)) return m->id;
-  if (!disk_ || !call_mode_->encodes_prefills()) return std::nullopt;
-  return load_from_disk(key, 0);
+  if ((!disk_ && !remote_) || !call_mode_->encodes_prefills()) return std::nullopt;
+  return load_stored(key, 0);
 }
 
-std::optional<kv::MessageId> Engine::load_from_disk(uint64_t key, int depth) {
+std::optional<Engine::Stored> Engine::open_stored(uint64_t key) {
+  const store::Compatibility expect{model_.fingerprint(), store_.pool().layout()};
+  Stored s;
+  if (disk_) s.mapped = disk_->open(key, expect);
+  if (s.mapped) return s;
+  if (!remote_ || !remote_->usable()) return std::nullopt;
+  std::optional<std::vector<uint8_t>> bytes = remote_->get(key);
+  if (!bytes) return std::nullopt;
+  s.bytes = std::move(*bytes);
+  s.parsed = store::parse_entry(s.bytes);
+  const store::EntryMeta& m = s.parsed.meta;
+  std::string_view problem;
+  if (s.parsed.problem != store::EntryProblem::Ok)
+    problem = store::describe(s.parsed.problem);
+  else if (m.content_key != key)
+    problem = "it holds another content key";
+  else if (m.model_fingerprint != expect.model_fingerprint)
+    problem = "it was written for another model";
+  else if (m.layout.page_tokens != expect.layout.page_tokens || m.layout.n_layers != expect.layout.n_layers ||
+           m.layout.n_kv_heads != expect.layout.n_kv_heads || m.layout.head_dim != expect.layout.head_dim ||
+           m.kv_dtype != store::kKvDTypeF32)
+    problem = "it has another KV layout";
+  if (!problem.empty()) {
+    remote_->report_bad(key, problem);
+    ++tier_stats_.t3_bad;
+    return std::nullopt;
+  }
+  return s;
+}
+
+void Engine::report_stored(const Stored& s, uint64_t key, std::string_view what) {
+  ++(s.mapped ? tier_stats_.t2_bad : tier_stats_.t3_bad);
+  if (s.mapped)
+    disk_->report_unusable(key, what);
+  else
+    remote_->report_bad(key, what);
+}
+
+bool Engine::read_stored(const Stored& s, kv::PageList& pages) {
+  if (s.mapped) return disk_->read_pages(*s.mapped, pages);  // checks every page first
+  const store::EntryMeta& meta = s.parsed.meta;
+  for (size_t i = 0; i < meta.n_pages(); ++i)
+    if (!store::page_intact(s.bytes, s.parsed, i)) {
+      remote_->report_bad(meta.content_key, fmt::format("page checksum mismatch (page {})", i));
+      return false;
+    }
+  pages.reserve(int(meta.tokens.size()));
+  for (size_t i = 0; i < meta.n_pages(); ++i)
+    std::memcpy(pages.pages()[i], s.bytes.data() + s.parsed.pages_offset + i * meta.page_bytes(), meta.page_bytes());
+  return true;
+}
+
+std::optional<kv::MessageId> Engine::load_stored(uint64_t key, int depth) {
   if (kv::Message* m = store_.find(key)) return m->id;
   // Keys hash their parents' keys, so real ancestries are acyclic; the bound stops a crafted cycle.
   constexpr int kMaxAncestry = 4096;
+  std::optional<Stored> entry = open_stored(key);
+  if (!entry) return std::nullopt;
   if (depth > kMaxAncestry) {
-    disk_->report_unusable(key, "ancestry deeper than 4096 messages");
+    report_stored(*entry, key, "ancestry deeper than 4096 messages");
     return std::nullopt;
   }
-  std::optional<store::MappedEntry> entry = disk_->open(key, {model_.fingerprint(), store_.pool().layout()});
-  if (!entry) return std::nullopt;
   const store::EntryMeta& meta = entry->meta();
   if (meta.start_pos + int64_t(meta.tokens.size()) > n_ctx_ ||
       std::any_of(meta.tokens.begin(), meta.tokens.end(),
                   [&](model::Token t) { return t < 0 || t >= model_.config().n_vocab; })) {
-    disk_->report_unusable(key, "tokens or positions outside this model's range");
+    report_stored(*entry, key, "tokens or positions outside this model's range");
     return std::nullopt;
   }
   std::vector<kv::PlacedParent> parents;
   for (const store::EntryParent& p : meta.parents) {
-    std::optional<kv::MessageId> parent = load_from_disk(p.key, depth + 1);
+    std::optional<kv::MessageId> parent = load_stored(p.key, depth + 1);
     if (!parent || p.offset < 0 || p.offset > n_ctx_) return std::nullopt;
     parents.push_back({*parent, int(p.offset)});
   }
   if (store_.content_key(meta.tokens, meta.start_pos, parents) != key) {
-    disk_->report_unusable(key, "its tokens and parents do not hash to its content key");
+    report_stored(*entry, key, "its tokens and parents do not hash to its content key");
     return std::nullopt;
   }
   kv::Message& m = store_.create();
@@ -756,13 +864,20 @@ std::optional<kv::MessageId> Engine::load_from_disk(uint64_t key, int depth) {
   m.agent = meta.agent;
   m.visibility =
       meta.visibility == uint32_t(kv::Visibility::Private) ? kv::Visibility::Private : kv::Visibility::Public;
-  if (!disk_->read_pages(*entry, m.pages)) {
+  if (!read_stored(*entry, m.pages)) {
+    ++(entry->mapped ? tier_stats_.t2_bad : tier_stats_.t3_bad);
     store_.erase(m.id);
     return std::nullopt;
   }
   m.n_encoded = int(m.tokens.size());
+  m.on_disk = entry->mapped.has_value();
   store_.publish(m);
-  disk_->touch(key);
+  if (entry->mapped) {
+    disk_->touch(key);
+  } else {
+    ++tier_stats_.t3_hits;
+    tier_stats_.t3_load_tokens += m.tokens.size();
+  }
   return m.id;
 }
 

@@ -19,6 +19,8 @@
 
 namespace choreo::store {
 class DiskStore;
+class RedisStore;
+struct EntryMeta;
 }
 
 namespace choreo::runtime {
@@ -60,6 +62,10 @@ class Engine {
   /// Uses a persistent store (not owned; null, the default, means none): a prefill whose content key is not
   /// in memory is loaded from it when present. With `persist_prefills`, every computed prefill is saved to it.
   void set_disk_store(store::DiskStore* disk, bool persist_prefills = false);
+  /// Uses a Redis server as T3 (not owned; null: none): every prefill this engine computes is written through
+  /// to it, and a prefill or evicted message found in no other tier is read from it (docs/store.md, "Tiers").
+  /// Encodings are shared with every process using the same server.
+  void set_remote_store(store::RedisStore* remote);
   /// Saves a complete message's encoding to the disk store, with its ancestors that are not there yet (so it
   /// can be loaded by key alone), parents before children, each message once. If entries it wrote vanish
   /// meanwhile (another process deleting them), they are written again, at most 3 times in all; then
@@ -119,8 +125,10 @@ class Engine {
   void hold(kv::MessageId id, Held& held, CallStats* stats);
   void make_resident(kv::Message& m, CallStats* stats);
   void recompute(kv::Message& m, CallStats* stats);
-  bool load_pages_from_disk(kv::Message& m);  // T2 -> T0; false: no usable entry
+  bool load_pages_stored(kv::Message& m);  // T2 or T3 -> T0; false: no usable entry
   bool evict_one();                    // the page pool's reclaimer
+  // What the eviction order knows of a message; nullopt when a running workflow pins it.
+  std::optional<kv::EvictionCandidate> candidate(kv::MessageId id, const kv::Message& m) const;
   void offload(kv::Message& m);        // frees m's T0 pages, first copying them to T1 when there is room
   bool make_host_room(size_t bytes, kv::MessageId keep);
   void write_back(kv::Message& m, std::vector<const float*> pages);  // to T2, when it has room
@@ -131,7 +139,14 @@ class Engine {
   bool save_entry(kv::MessageId id, uint64_t tag, std::vector<const float*> pages = {});
   // Loads parents first (recursively). Parents that load are in memory for the next lookup, and a load stops
   // at its first parent that fails, so the work stays linear in the ancestry even where paths meet.
-  std::optional<kv::MessageId> load_from_disk(uint64_t key, int depth);
+  std::optional<kv::MessageId> load_stored(uint64_t key, int depth);
+  // A stored entry whose header passed its checks: a mapped T2 file, or a T3 value read from Redis.
+  struct Stored;
+  std::optional<Stored> open_stored(uint64_t key);  // T2 first, then T3
+  bool read_stored(const Stored& s, kv::PageList& pages);
+  void report_stored(const Stored& s, uint64_t key, std::string_view what);
+  store::EntryMeta entry_meta(const kv::Message& m, uint64_t tag) const;
+  void share(const kv::Message& m);  // T3 write-through
 
   const model::Model& model_;
   kv::HostTier host_;  // before store_: messages' host copies are charged to it
@@ -145,6 +160,7 @@ class Engine {
   std::unique_ptr<CallMode> call_mode_;  // what mode_ does differently (runtime/engine/mode.h)
   Repositioning repositioning_ = Repositioning::QueryRotation;
   store::DiskStore* disk_ = nullptr;
+  store::RedisStore* remote_ = nullptr;
   bool persist_prefills_ = false;
   model::Batch batch_;
   model::RunState state_;

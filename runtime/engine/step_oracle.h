@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/kv/message_store.h"
+#include "runtime/kv/tiers.h"
 
 namespace choreo::runtime {
 
@@ -21,6 +22,8 @@ class StepOracle {
  public:
   virtual ~StepOracle() = default;
   virtual std::optional<size_t> steps_to_execution(kv::MessageId message) const = 0;
+  /// The workflow's retention hints for a message (nullopt: none, or not a message of this instance).
+  virtual std::optional<kv::Retention> retention(kv::MessageId message) const { return std::nullopt; }
 };
 
 /// The oracles of the instances running on one engine.
@@ -41,6 +44,34 @@ class StepOracleRegistry {
     for (const StepOracle* o : oracles_)
       if (std::optional<size_t> s = o->steps_to_execution(message)) best = best ? std::min(*best, *s) : *s;
     return best;
+  }
+  /// The hints of every instance that gives some, combined: pinned if any pins it; the highest priority; a
+  /// time-to-live only when every instance that reads it gives one (the longest); released only when all
+  /// say so. nullopt when none gives hints.
+  std::optional<kv::Retention> retention(kv::MessageId message) const {
+    std::lock_guard lock(mutex_);
+    std::optional<kv::Retention> out;
+    bool all_ttl = true;
+    for (const StepOracle* o : oracles_) {
+      const std::optional<size_t> reads = o->steps_to_execution(message);
+      const std::optional<kv::Retention> r = o->retention(message);
+      if (!r) {
+        if (reads) all_ttl = false;  // an instance that reads it without a ttl keeps it alive
+        continue;
+      }
+      if (!out) {
+        out = r;
+        all_ttl = all_ttl && r->ttl_ms.has_value();
+        continue;
+      }
+      out->pin = out->pin || r->pin;
+      out->priority = std::max(out->priority, r->priority);
+      all_ttl = all_ttl && r->ttl_ms.has_value();
+      if (out->ttl_ms && r->ttl_ms) out->ttl_ms = std::max(*out->ttl_ms, *r->ttl_ms);
+      out->release = out->release && r->release;
+    }
+    if (out && !all_ttl) out->ttl_ms.reset();
+    return out;
   }
   size_t size() const {
     std::lock_guard lock(mutex_);

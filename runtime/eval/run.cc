@@ -176,18 +176,19 @@ EvalReport run_eval(const dsl::Workflow& workflow, const model::Model& model,
     if (pending.empty()) continue;
     if (callbacks.on_mode_start) callbacks.on_mode_start(mode, pending.size());
 
-    // Rows run in groups, each on a fresh engine and page pool: within a group, later rows reuse what earlier
-    // rows encoded (the static messages) and calls are batched across rows; across groups nothing is kept,
-    // because nothing evicts encodings yet and a pool kept for a whole dataset fills up (madpar in prefix
-    // mode filled 4 GiB after ~16 rows). No mode sees another's cache.
+    // One engine per mode for the whole dataset: what every row shares (the static messages) is encoded once
+    // per run, and when the pool is full the KV tiers evict what no running row uses (docs/store.md,
+    // "Tiers"). Rows run in groups whose calls are batched across rows. No mode sees another's cache.
+    kv::PagePool pool(model.kv_layout(settings.page_tokens), settings.cache_bytes);
+    runtime::Engine engine(model, pool, mode);
+    engine.set_tiers(settings.tiers);
+    if (settings.store && mode == runtime::Mode::Choreo) engine.set_disk_store(settings.store);
+    if (settings.remote && mode == runtime::Mode::Choreo) engine.set_remote_store(settings.remote);
+    std::optional<exec::LeakGuard> guard;
+    if (settings.no_leak) guard.emplace(engine);
     const size_t group = size_t(std::max(1, settings.concurrency)) * 2;
     for (size_t first = 0; first < pending.size(); first += group) {
       const size_t n = std::min(group, pending.size() - first);
-      kv::PagePool pool(model.kv_layout(settings.page_tokens), settings.cache_bytes);
-      runtime::Engine engine(model, pool, mode);
-      if (settings.store && mode == runtime::Mode::Choreo) engine.set_disk_store(settings.store);
-      std::optional<exec::LeakGuard> guard;
-      if (settings.no_leak) guard.emplace(engine);
       exec::BatchScheduler scheduler(engine, guard ? &*guard : nullptr);
       std::mutex finished;  // serialises writes and callbacks
       const std::vector<std::exception_ptr> errors =

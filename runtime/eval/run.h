@@ -32,7 +32,9 @@ struct EvalSettings {
   exec::RunArguments shared;                // --param values every row gets
   bool no_leak = false;                     // re-encode parents carrying other agents' private messages
   int page_tokens = 32;                     // KV page size
-  size_t cache_bytes = size_t(4096) << 20;  // page pool budget per mode
+  size_t cache_bytes = size_t(4096) << 20;  // page pool (T0) budget per mode
+  store::RedisStore* remote = nullptr;     // T3 (choreo mode only); null: none
+  kv::TierSettings tiers;                    // T1/T2 budgets and eviction policy (runtime/kv/tiers.h)
   // Persistent store (not owned; null = none) that choreo-mode engines read encodings from, e.g. PML modules
   // saved by `choreo encode`. Nothing is written to it. The baselines never read it: they stand for serving
   // without encodings kept across runs.

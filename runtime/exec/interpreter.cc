@@ -97,6 +97,26 @@ class RunSteps final : public runtime::StepOracle {
     return best;
   }
 
+  std::optional<kv::Retention> retention(kv::MessageId message) const override {
+    // The plan does not change while the run lasts; the follower guards its own map.
+    std::optional<kv::Retention> out;
+    for (size_t node : follower_.nodes_of(message)) {
+      const dsl::Retention& r = follower_.plan().nodes[node].retention;
+      if (!r.any()) continue;
+      kv::Retention k{r.pin, int(r.priority), std::nullopt, r.release};
+      if (r.ttl_s) k.ttl_ms = double(*r.ttl_s) * 1000.0;
+      if (!out) {
+        out = k;
+        continue;
+      }
+      out->pin = out->pin || k.pin;
+      out->priority = std::max(out->priority, k.priority);
+      out->ttl_ms = out->ttl_ms && k.ttl_ms ? std::optional<double>(std::max(*out->ttl_ms, *k.ttl_ms)) : std::nullopt;
+      out->release = out->release && k.release;
+    }
+    return out;
+  }
+
   /// Completes `step` and returns every agent's new value.
   StepSample complete(std::optional<size_t> step) {
     std::lock_guard lock(mutex_);
@@ -395,7 +415,7 @@ class Interpreter : public dsl::plan::Executor {
   /// A parent's name as the call names it. Identical encodings share one message, so one id can be several
   /// plan nodes (`doc[0]` and `doc[2]` with the same text): the one the call's plan node reads is its name.
   std::string parent_name(kv::MessageId id, const dsl::plan::Node& planned, std::vector<size_t>& named) const {
-    const std::vector<size_t>& nodes = follower_->nodes_of(id);
+    const std::vector<size_t> nodes = follower_->nodes_of(id);
     if (nodes.size() > 1)
       for (size_t node : nodes) {
         const bool read = std::any_of(planned.parents.begin(), planned.parents.end(),

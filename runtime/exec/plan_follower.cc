@@ -29,19 +29,20 @@ std::string offset_text(const std::optional<int64_t>& at, bool dynamic) {
 }  // namespace
 
 void PlanFollower::created(uint64_t id, size_t node) {
+  std::lock_guard lock(ids_mutex_);
   std::vector<size_t>& nodes = nodes_of_id_[id];
   if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
   ++pieces_[node];
 }
 
-const std::vector<size_t>& PlanFollower::nodes_of(uint64_t id) const {
-  static const std::vector<size_t> none;
+std::vector<size_t> PlanFollower::nodes_of(uint64_t id) const {
+  std::lock_guard lock(ids_mutex_);
   auto it = nodes_of_id_.find(id);
-  return it == nodes_of_id_.end() ? none : it->second;
+  return it == nodes_of_id_.end() ? std::vector<size_t>{} : it->second;
 }
 
 size_t PlanFollower::node_of(uint64_t id) const {
-  const std::vector<size_t>& nodes = nodes_of(id);
+  const std::vector<size_t> nodes = nodes_of(id);
   return nodes.empty() ? SIZE_MAX : nodes.front();
 }
 
@@ -108,7 +109,7 @@ void PlanFollower::compare(const Node& planned, size_t index, const Branch& run)
     const size_t j_begin = j;
     while (j < got.size() && same_place(got[j].where, entry)) {
       // One message may be several plan nodes (identical encodings): take the one this place wants.
-      const std::vector<size_t>& nodes = nodes_of(got[j].parent);
+      const std::vector<size_t> nodes = nodes_of(got[j].parent);
       if (nodes.empty()) fail("a parent the plan does not know");
       auto wanted = [&](size_t node) {
         if (want[i].selection)

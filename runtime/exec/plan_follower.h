@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -43,7 +44,8 @@ class PlanFollower {
   /// Identical encodings share one message, so one id can be several plan nodes: this is the first of them.
   size_t node_of(uint64_t id) const;
   /// Every plan node a run message id is, in the order the run made them (empty outside the plan).
-  const std::vector<size_t>& nodes_of(uint64_t id) const;
+  /// Thread-safe against created(): the engine's thread asks (KV tiers) while the run's thread records.
+  std::vector<size_t> nodes_of(uint64_t id) const;
 
   const dsl::plan::Plan& plan() const { return plan_; }
 
@@ -57,6 +59,7 @@ class PlanFollower {
   const dsl::plan::Plan& plan_;
   size_t next_batch_ = 0;
   std::vector<size_t> nodes_;
+  mutable std::mutex ids_mutex_;  // guards nodes_of_id_
   std::map<uint64_t, std::vector<size_t>> nodes_of_id_;
   std::map<size_t, size_t> pieces_;  // plan node -> how many run messages it is (PML: its pieces)
 };

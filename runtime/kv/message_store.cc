@@ -29,6 +29,7 @@ Message& MessageStore::create() {
   auto msg = std::make_unique<Message>(pool_);
   msg->id = MessageId(messages_.size());
   msg->last_use = tick();
+  msg->last_use_ms = tier_clock_ms();
   messages_.push_back(std::move(msg));
   ++live_;
   return *messages_.back();
@@ -60,6 +61,11 @@ const Message& MessageStore::get(MessageId id) const {
 }
 
 Message& MessageStore::record(MessageId id) {
+  assert(id < messages_.size() && messages_[id]);
+  return *messages_[id];
+}
+
+const Message& MessageStore::record(MessageId id) const {
   assert(id < messages_.size() && messages_[id]);
   return *messages_[id];
 }

@@ -46,6 +46,7 @@ struct Message {
   bool released = false;              // released by its owner: kept only as a recipe to recompute children
   bool on_disk = false;               // this engine wrote its pages to T2 (the persistent store)
   uint64_t last_use = 0;
+  double last_use_ms = 0;             // tier_clock_ms() of the last use (a `ttl` hint counts from it)
   /// The T1 (host memory) copy of the pages, or empty (runtime/kv/tiers.h).
   HostCopy host;
 
@@ -86,6 +87,7 @@ class MessageStore {
 
   /// Any message record, released ones included (for recomputation).
   Message& record(MessageId id);
+  const Message& record(MessageId id) const;
   /// Number of records, released ones included: ids are below this.
   size_t n_records() const { return messages_.size(); }
   Message* record_or_null(MessageId id) { return id < messages_.size() ? messages_[id].get() : nullptr; }

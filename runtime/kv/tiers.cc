@@ -1,6 +1,7 @@
 #include "runtime/kv/tiers.h"
 
 #include <algorithm>
+#include <chrono>
 #include <new>
 #include <tuple>
 
@@ -45,11 +46,16 @@ void HostCopy::reset() {
   n_pages_ = page_floats_ = 0;
 }
 
+double tier_clock_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 void order_for_eviction(std::vector<EvictionCandidate>& candidates, EvictionPolicy policy) {
   // Never-read-again sorts as the largest distance.
   auto distance = [](const EvictionCandidate& c) { return c.steps.value_or(SIZE_MAX); };
   std::stable_sort(candidates.begin(), candidates.end(), [&](const EvictionCandidate& a, const EvictionCandidate& b) {
     if (a.released != b.released) return a.released;
+    if (a.priority != b.priority) return a.priority < b.priority;
     if (policy == EvictionPolicy::Workflow) {
       if (distance(a) != distance(b)) return distance(a) > distance(b);
       if (a.shared != b.shared) return !a.shared;

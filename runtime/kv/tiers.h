@@ -50,8 +50,13 @@ struct TierStats {
   uint64_t t2_hits = 0;           // messages loaded back T2 -> T0
   uint64_t t2_load_bytes = 0;
   uint64_t t2_load_tokens = 0;
-  uint64_t t2_bad = 0;            // T2 entries that failed their checksum (recomputed instead)
+  uint64_t t2_bad = 0;            // T2 entries that failed a check (recomputed instead)
   uint64_t t2_write_errors = 0;   // T2 writes that failed (I/O); T2 writes stop after the first
+  uint64_t t3_writes = 0;         // prefills written through to T3 (Redis)
+  uint64_t t3_write_bytes = 0;
+  uint64_t t3_hits = 0;           // messages read from T3
+  uint64_t t3_load_tokens = 0;
+  uint64_t t3_bad = 0;            // T3 entries that failed a check (recomputed instead)
   uint64_t recomputes = 0;        // messages recomputed because no tier held them
   uint64_t recomputed_tokens = 0;
   size_t t0_peak_bytes = 0;
@@ -102,18 +107,31 @@ class HostCopy {
   size_t page_floats_ = 0;
 };
 
+/// Retention hints a running workflow gives for a message (its `pin`, `priority`, `ttl`, `release`).
+struct Retention {
+  bool pin = false;              // stays in T0 while the workflow runs
+  int priority = 0;              // lower leaves first
+  std::optional<double> ttl_ms;  // unused this long, it leaves first
+  bool release = false;          // once the workflow will not read it again, it leaves first
+};
+
 /// What the eviction policy knows of a message that could leave a tier.
 struct EvictionCandidate {
   MessageId id = 0;
   std::optional<size_t> steps;  // steps until a running workflow reads it next; nullopt: never again
   bool shared = false;          // other messages were encoded over it (a shared prefix)
-  bool released = false;        // its owner released it; kept only to recompute its children
+  bool released = false;        // its owner released it, or a hint says it may go now (expired, released)
   uint64_t last_use = 0;
+  int priority = 0;             // the workflow's `priority:` hint
 };
 
-/// Sorts `candidates` so that the first is evicted first. Released records always go first; then `lru`
-/// orders by last use, and `workflow` by steps to execution (never-again first, then the most steps),
-/// unshared before shared, then last use.
+/// Milliseconds on a steady clock: when messages were last used (for `ttl`).
+double tier_clock_ms();
+
+/// Sorts `candidates` so that the first is evicted first. Released records (and messages whose `ttl`
+/// expired or whose `release` hint applies) always go first; then the lower `priority`; then `lru` orders by
+/// last use, and `workflow` by steps to execution (never-again first, then the most steps), unshared before
+/// shared, then last use.
 void order_for_eviction(std::vector<EvictionCandidate>& candidates, EvictionPolicy policy);
 
 }  // namespace choreo::kv

@@ -475,6 +475,28 @@ TEST_CASE("workflow: malformed files name the culprit's line and column") {
   }
 }
 
+TEST_CASE("workflow: KV retention hints are literals, checked where they are written") {
+  const Workflow w = parse_workflow(
+      "name: t\nmessages:\n  doc: {role: system, text: hi, pin: true}\nsteps:\n"
+      "  - decode: {as: a, role: assistant, parents: [doc], priority: -5, ttl: 30}\n"
+      "  - prefill: {as: b, text: x, release: true}\n",
+      "w.yaml");
+  CHECK(w.messages.at(0).retention.pin);
+  const Call& a = std::get<Call>(w.steps.at(0).node);
+  CHECK(a.retention.priority == -5);
+  CHECK(a.retention.ttl_s == 30);
+  CHECK(std::get<Call>(w.steps.at(1).node).retention.release);
+  expect_error(kHead + "steps:\n  - decode: {as: a, role: assistant, priority: high}\n", 5, 48,
+               "`priority` must be a whole number from -1000 to 1000", "priority: 10");
+  expect_error(kHead + "steps:\n  - decode: {as: a, role: assistant, ttl: 0}\n", 5, 43,
+               "`ttl` must be a whole number from 1 to 31536000 seconds");
+  expect_error(kHead + "steps:\n  - decode: {as: a, role: assistant, priority: \"{{ k }}\"}\n", 5, 49,
+               "`priority` must be a whole number");
+  expect_error(kHead + "steps:\n  - prefill: {as: a, text: x, pin: true, release: true}\n", 5, 42,
+               "`pin: true` and `release: true` contradict each other");
+  expect_error("name: t\nmessages:\n  doc: {text: hi, pin: yes}\nsteps: []\n", 3, 24, "`yes` is not a boolean");
+}
+
 TEST_CASE("workflow: a missing file is an InputError naming it") {
   try {
     load_workflow("/nonexistent/flow.yaml");

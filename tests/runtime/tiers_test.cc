@@ -8,7 +8,10 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstring>
+#include <map>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -334,6 +337,102 @@ TEST_CASE("tiers: the eviction order follows the policy (KVFlow priorities worke
   got.clear();
   for (const C& c : lru) got.push_back(c.id);
   CHECK(got == std::vector<kv::MessageId>{6, 7, 2, 4, 3, 1, 5});
+}
+
+/// A workflow's view of the messages, written down: steps to execution and hints per message.
+struct Written final : runtime::StepOracle {
+  std::map<kv::MessageId, size_t> steps;
+  std::map<kv::MessageId, kv::Retention> hints;
+  std::optional<size_t> steps_to_execution(kv::MessageId id) const override {
+    auto it = steps.find(id);
+    return it == steps.end() ? std::nullopt : std::optional<size_t>(it->second);
+  }
+  std::optional<kv::Retention> retention(kv::MessageId id) const override {
+    auto it = hints.find(id);
+    return it == hints.end() ? std::nullopt : std::optional<kv::Retention>(it->second);
+  }
+};
+
+/// Prefills one ~30-token message (two 16-token pages on stories260K).
+kv::MessageId filler(Engine& e, int i) {
+  const model::Model& m = e.model();
+  return e.prefill({text(m, fmt::format("Story {}: a dog ran to the park and played with a ball all day long.", i)), {}}).id;
+}
+
+TEST_CASE("tiers: workflow hints: a pinned message stays, the lower priority goes first, released and expired go first") {
+  const model::Model& m = *testing::stories260k().model;
+  const size_t page = m.kv_layout(16).page_floats() * sizeof(float);
+  kv::PagePool pool(m.kv_layout(16), 8 * page);  // BOS and three fillers fit
+  Written w;
+  SUBCASE("pin") {
+    Engine e(m, pool, runtime::Mode::Choreo);
+    e.set_tiers({0, kv::EvictionPolicy::Lru});
+    e.step_oracles().add(&w);
+    const kv::MessageId a = filler(e, 0);  // the oldest: LRU's first victim
+    w.hints[a].pin = true;
+    for (int i = 1; i < 12; ++i) {
+      filler(e, i);
+      CHECK(e.store().get(a).resident());
+    }
+    CHECK(e.tier_stats().t0_evictions > 0);
+    e.step_oracles().remove(&w);  // the workflow ended: the pin is gone with it
+    for (int i = 12; e.store().get(a).resident(); ++i) {
+      REQUIRE(i < 30);
+      filler(e, i);
+    }
+  }
+  SUBCASE("a pinned working set that cannot fit is an InputError naming the pinned messages") {
+    Engine e(m, pool, runtime::Mode::Choreo);
+    e.step_oracles().add(&w);
+    for (int i = 0; i < 3; ++i) w.hints[filler(e, i)].pin = true;  // 6 of 8 pages pinned (BOS holds one)
+    try {
+      filler(e, 3);
+      FAIL("expected an InputError");
+    } catch (const InputError& err) {
+      CHECK(std::string(err.what()).find("pinned") != std::string::npos);
+    }
+    e.step_oracles().remove(&w);
+  }
+  SUBCASE("priority, release and ttl") {
+    Engine e(m, pool, runtime::Mode::Choreo);
+    e.set_tiers({0, kv::EvictionPolicy::Lru});
+    e.step_oracles().add(&w);
+    const kv::MessageId low = filler(e, 0), high = filler(e, 1), done = filler(e, 2);
+    w.hints[high].priority = 5;  // older than `done` and `low`'s peer, but worth more
+    w.hints[low].priority = 5;
+    w.hints[done].release = true;  // no step reads it again: goes first, though it is the newest
+    filler(e, 3);
+    CHECK_FALSE(e.store().get(done).resident());
+    CHECK(e.store().get(low).resident());
+    CHECK(e.store().get(high).resident());
+    w.hints[high].ttl_ms = 1.0;  // unused for longer than 1 ms: goes next, before unhinted `3`
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    filler(e, 4);
+    CHECK_FALSE(e.store().get(high).resident());
+    CHECK(e.store().get(low).resident());
+    e.step_oracles().remove(&w);
+  }
+}
+
+TEST_CASE("tiers: hints of several instances combine: any pin, the highest priority, a ttl only if all give one") {
+  Written a, b;
+  a.steps[7] = 1;
+  b.steps[7] = 4;
+  a.hints[7] = {false, 3, 1000.0, true};
+  b.hints[7] = {true, -2, std::nullopt, true};
+  runtime::StepOracleRegistry registry;
+  registry.add(&a);
+  std::optional<kv::Retention> r = registry.retention(7);
+  REQUIRE(r);
+  CHECK(r->ttl_ms == 1000.0);
+  registry.add(&b);
+  r = registry.retention(7);
+  REQUIRE(r);
+  CHECK(r->pin);
+  CHECK(r->priority == 3);
+  CHECK_FALSE(r->ttl_ms);  // b reads it and gives no ttl
+  CHECK(r->release);
+  CHECK_FALSE(registry.retention(8));
 }
 
 TEST_CASE("tiers: T1 copies are charged to its budget and returned when dropped") {

@@ -13,6 +13,7 @@
 #include "dsl/workflow_parser.h"
 #include "runtime/engine/engine.h"
 #include "runtime/exec/instances.h"
+#include "runtime/exec/interpreter.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/store/disk_store.h"
 #include "tests/runtime/bits.h"
@@ -129,6 +130,40 @@ TEST_CASE("tiers never change results: every shipped and corpus workflow, tight 
   CHECK(recomputes > 0);
   CHECK(reloads > 0);
   CHECK(disk_loads > 0);
+}
+
+TEST_CASE("tiers: `pin: true` in a workflow keeps a message in T0 for the whole run, and without it LRU evicts it") {
+  const std::string text =
+      "name: pinned\n"
+      "messages:\n"
+      "  doc: {text: \"Once upon a time there was a little girl named Lily who loved the sea and the sun.\"PIN}\n"
+      "sampling: {temperature: 0, max_tokens: 4}\n"
+      "steps:\n"
+      "  - repeat: \"r in range(8)\"\n"
+      "    steps:\n"
+      "      - prefill: {as: \"note[r]\", text: \"Note {{ r }}: a dog ran to the park and played with a ball all day.\"}\n"
+      "  - decode: {as: answer, header: \"The end:\", parents: [doc, \"note[7]\"]}\n";
+  const model::Model& m = *testing::stories260k().model;
+  const size_t page = m.kv_layout(16).page_floats() * sizeof(float);
+  for (bool pin : {true, false}) {
+    CAPTURE(pin);
+    std::string yaml = text;
+    yaml.replace(yaml.find("PIN"), 3, pin ? ", pin: true" : "");
+    const dsl::Workflow workflow = dsl::parse_workflow(yaml, "pinned.yaml");
+    kv::PagePool pool(m.kv_layout(16), 9 * page);
+    runtime::Engine engine(m, pool, runtime::Mode::Choreo);
+    engine.set_tiers({0, kv::EvictionPolicy::Lru});
+    kv::MessageId doc = kv::kNoMessage;
+    bool always_resident = true;
+    exec::RunHooks hooks;
+    hooks.on_plan_batch = [&](size_t batch, const std::vector<kv::MessageId>& created) {
+      if (batch == 0) doc = created.at(0);
+      always_resident = always_resident && engine.store().get(doc).resident();
+    };
+    const exec::RunResult r = exec::run_workflow(workflow, engine, {}, hooks);
+    CHECK(engine.tier_stats().t0_evictions > 0);
+    CHECK(always_resident == pin);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,245 @@
+// T3, Redis (issue 11): a real redis-server, started here on 127.0.0.1 with a password.
+// - Two processes with different cache directories share one server: the second computes only what the first
+//   did not (its prefills all come from Redis), and prints the same text.
+// - A wrong password, or no server, is a clear error at start-up (exit 2); with --redis-best-effort, a
+//   warning and a run without it.
+// - A server that dies mid-run: a warning, recomputation, the same results.
+// - A value corrupted in Redis is detected by its checksums and recomputed.
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <csignal>
+#include <functional>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <netinet/in.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "runtime/engine/engine.h"
+#include "runtime/kv/page_pool.h"
+#include "runtime/store/redis_store.h"
+#include "tests/cli_process.h"
+#include "tests/runtime/bits.h"
+#include "tests/runtime/workflow_cases.h"
+#include "tests/scratch_dir.h"
+#include "tests/test_models.h"
+#include "tests/test_paths.h"
+
+extern char** environ;
+
+namespace choreo {
+namespace {
+
+constexpr const char* kPassword = "choreo-test-password";
+
+/// A port nothing listens on right now (the kernel's pick).
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+/// Debian's redis-server on 127.0.0.1 with a password, no persistence, in a scratch directory; stopped
+/// (SIGKILL) when this goes out of scope or on kill().
+class RedisServer {
+ public:
+  RedisServer() : port_(free_port()) {
+    const std::string binary = "/usr/bin/redis-server";
+    REQUIRE_MESSAGE(access(binary.c_str(), X_OK) == 0,
+                    "redis-server is not installed: scripts/setup.sh installs it (Debian package redis-server)");
+    std::vector<std::string> args = {binary,       "--port",       std::to_string(port_), "--bind", "127.0.0.1",
+                                     "--requirepass", kPassword,   "--save",              "",       "--appendonly",
+                                     "no",         "--dir",        dir_.str(),            "--logfile", (dir_.path / "log").string()};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    REQUIRE(posix_spawn(&pid_, binary.c_str(), nullptr, nullptr, argv.data(), environ) == 0);
+    // Ready when it answers.
+    for (int i = 0;; ++i) {
+      try {
+        store::RedisStore probe({"127.0.0.1", port_, kPassword});
+        break;
+      } catch (const InputError&) {
+        REQUIRE_MESSAGE(i < 100, "redis-server did not start within 5 s");
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+  }
+  ~RedisServer() { kill(); }
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = 0;
+  }
+  int port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  testing::ScratchDir dir_;
+  int port_;
+  pid_t pid_ = 0;
+};
+
+std::vector<model::Token> text(const model::Model& m, const std::string& s) { return m.vocab().tokenize(s, false); }
+
+nlohmann::json run_json(const std::string& path) { return nlohmann::json::parse(testing::read_file(path)); }
+
+TEST_CASE("redis T3: two processes with different cache directories share encodings through one server") {
+  RedisServer server;
+  testing::ScratchDir scratch;
+  const std::string workflow = ((testing::workflow_source_dir() / "workflows") / "madpar.yaml").string();
+  auto run = [&](const std::string& name) {
+    const std::string json = (scratch.path / (name + ".json")).string();
+    const testing::ProcessResult r = testing::run_process(
+        testing::choreo_binary(),
+        {"run", workflow, "-m", testing::shared_file("models/stories260K.gguf"), "--input", "problem=What is 2+3?",
+         "--param", "rounds=2", "--redis", server.address(), "--cache-dir", (scratch.path / name).string(),
+         "--disk-cache-mib", "64", "--json", json},
+        scratch.path, {.env = {std::string("CHOREO_REDIS_PASSWORD=") + kPassword}});
+    INFO(r.err);
+    REQUIRE(r.exited);
+    REQUIRE(r.exit_code == 0);
+    return std::make_pair(run_json(json), r.out);
+  };
+  const auto [first, first_out] = run("first");
+  const auto [second, second_out] = run("second");
+  CHECK(first_out == second_out);
+  CHECK(first["tiers"]["t3_writes"].get<int>() > 0);
+  int computed_first = 0, computed_second = 0, prefills = 0;
+  for (const auto& m : first["messages"]) computed_first += m["n_computed"].get<int>();
+  for (const auto& m : second["messages"]) {
+    computed_second += m["n_computed"].get<int>();
+    if (m["kind"] != "decode") {
+      ++prefills;
+      CHECK_MESSAGE(m["n_computed"].get<int>() == 0, m["name"]);  // every prefill came from Redis
+    }
+  }
+  CHECK(prefills > 0);
+  CHECK(second["tiers"]["t3_hits"].get<int>() > 0);
+  CHECK(computed_second < computed_first);
+  MESSAGE("tokens computed: first process " << computed_first << ", second " << computed_second);
+}
+
+TEST_CASE("redis T3: a wrong password or no server is an error at start-up, and best effort warns and runs") {
+  RedisServer server;
+  testing::ScratchDir scratch;
+  const std::vector<std::string> base = {"run", ((testing::workflow_source_dir() / "workflows") / "hello.yaml").string(), "-m",
+                                         testing::shared_file("models/stories260K.gguf"), "--input",
+                                         "question=Why?", "--no-store", "--redis"};
+  auto run = [&](const std::string& address, const std::string& password, bool best_effort) {
+    std::vector<std::string> args = base;
+    args.push_back(address);
+    if (best_effort) args.push_back("--redis-best-effort");
+    return testing::run_process(testing::choreo_binary(), args, scratch.path,
+                                {.env = {"CHOREO_REDIS_PASSWORD=" + password}});
+  };
+  const testing::ProcessResult wrong = run(server.address(), "not-the-password", false);
+  CHECK(wrong.exit_code == 2);
+  CHECK(wrong.err.find("password was refused") != std::string::npos);
+  CHECK(wrong.err.find("CHOREO_REDIS_PASSWORD") != std::string::npos);
+  const std::string nobody = "127.0.0.1:" + std::to_string(free_port());
+  const testing::ProcessResult none = run(nobody, kPassword, false);
+  CHECK(none.exit_code == 2);
+  CHECK(none.err.find("cannot connect") != std::string::npos);
+  const testing::ProcessResult best = run(nobody, kPassword, true);
+  CHECK(best.exit_code == 0);
+  CHECK(best.err.find("warning: Redis at " + nobody) != std::string::npos);
+  const testing::ProcessResult bad = run("127.0.0.1:99999", kPassword, false);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("port must be a number") != std::string::npos);
+}
+
+/// Prefill A, decode over it, prefill B and decode over A and B; returns the decodes' logits.
+std::vector<std::vector<std::vector<float>>> calls(runtime::Engine& e, std::function<void()> between = {}) {
+  const model::Model& m = e.model();
+  std::vector<std::vector<std::vector<float>>> out;
+  const kv::MessageId a = e.prefill({text(m, "Once upon a time there was a little girl named Lily."), {}}).id;
+  runtime::DecodeRequest r;
+  r.header = text(m, " She");
+  r.max_tokens = 8;
+  r.record_logits = true;
+  r.parents = {{a}};
+  out.push_back(e.decode(r).logits);
+  if (between) between();
+  const kv::MessageId b = e.prefill({text(m, "She had a red ball and a big dog called Max."), {{a}}}).id;
+  r.parents = {{a}, {b}};
+  out.push_back(e.decode(r).logits);
+  return out;
+}
+
+TEST_CASE("redis T3: a server that dies mid-run is a warning, and the run recomputes and gives the same results") {
+  const model::Model& m = *testing::stories260k().model;
+  std::vector<std::vector<std::vector<float>>> want;
+  {
+    kv::PagePool pool(m.kv_layout(16), size_t(64) << 20);
+    runtime::Engine e(m, pool);
+    want = calls(e);
+  }
+  RedisServer server;
+  std::vector<std::string> warnings;
+  store::RedisStore redis({"127.0.0.1", server.port(), kPassword},
+                          [&](const std::string& w) { warnings.push_back(w); });
+  kv::PagePool pool(m.kv_layout(16), size_t(64) << 20);
+  runtime::Engine e(m, pool);
+  e.set_remote_store(&redis);
+  const auto got = calls(e, [&] { server.kill(); });
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) CHECK(testing::bit_identical(want[i], got[i]));
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("stopped answering") != std::string::npos);
+  CHECK_FALSE(redis.usable());
+  CHECK(e.tier_stats().t3_writes >= 1);
+}
+
+TEST_CASE("redis T3: a value corrupted in Redis is detected by its checksums and recomputed") {
+  const model::Model& m = *testing::stories260k().model;
+  RedisServer server;
+  std::vector<std::string> warnings;
+  store::RedisStore redis({"127.0.0.1", server.port(), kPassword},
+                          [&](const std::string& w) { warnings.push_back(w); });
+  const std::vector<model::Token> tokens = text(m, "Once upon a time there was a little girl named Lily.");
+  uint64_t key = 0;
+  std::vector<float> want;
+  {
+    kv::PagePool pool(m.kv_layout(16), size_t(64) << 20);
+    runtime::Engine e(m, pool);
+    e.set_remote_store(&redis);
+    const kv::Message& a = e.store().get(e.prefill({tokens, {}}).id);
+    key = a.key;
+    want.assign(a.pages.pages()[0], a.pages.pages()[0] + pool.layout().page_floats());
+  }
+  std::optional<std::vector<uint8_t>> value = redis.get(key);
+  REQUIRE(value);
+  (*value)[value->size() - 8] ^= 0x5a;  // a byte of the last page
+  REQUIRE(redis.put(key, *value));
+  kv::PagePool pool(m.kv_layout(16), size_t(64) << 20);
+  runtime::Engine e(m, pool);
+  e.set_remote_store(&redis);
+  const runtime::PrefillResult r = e.prefill({tokens, {}});
+  CHECK(r.stats.n_computed == int(tokens.size()));
+  CHECK(e.tier_stats().t3_bad == 1);
+  const kv::Message& a = e.store().get(r.id);
+  CHECK(testing::bit_identical(want, std::vector<float>(a.pages.pages()[0], a.pages.pages()[0] + pool.layout().page_floats())));
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("checksum") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace choreo
