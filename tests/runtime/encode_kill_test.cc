@@ -266,3 +266,44 @@ TEST_CASE(
   REQUIRE_MESSAGE(after_gc.exit_code == 0, after_gc.output);
   CHECK(computed_and_loaded(after_gc.output) == std::pair<int, int>(0, total_tokens));
 }
+
+TEST_CASE("tiers kill: a run killed while eviction writes to T2 leaves a consistent store, and the run completes after") {
+  // madpar on stories260K with T0 far below its working set: answers leave T0 for the store (T2) as the run
+  // goes. The store's test hook slows each write so that the kill lands inside one.
+  const std::string binary = choreo_binary();
+  const std::string model = testing::shared_file("models/stories260K.gguf");
+  testing::ScratchDir scratch;
+  const fs::path cache = scratch.path / "store";
+  const char* src = std::getenv("CHOREO_SOURCE_DIR");
+  const std::string workflow = (fs::path(src ? src : ".") / "workflows" / "madpar.yaml").string();
+  const std::vector<std::string> base = {binary, "run", workflow, "-m", model, "-t", "1", "--input",
+                                         "problem=What is 2+3?"};
+  std::vector<std::string> tiered = base;
+  for (const char* a : {"--cache-mib", "5", "--disk-cache-mib", "64", "--evict", "lru", "--cache-dir"})
+    tiered.push_back(a);
+  tiered.push_back(cache.string());
+  const std::string log = (scratch.path / "out.txt").string();
+  std::vector<std::string> plain = base;
+  plain.push_back("--no-store");
+  const Run reference = run_to_end(plain, log);
+  REQUIRE_MESSAGE(reference.exit_code == 0, reference.output);
+  for (int round = 0; round < 3; ++round) {
+    INFO("kill round ", round);
+    Child child = spawn(tiered, {"CHOREO_STORE_PAUSE_AFTER_PAGE_MS=30"}, log);
+    // Kill once a write is under way (a temp file exists), or after 20 s.
+    const auto start = std::chrono::steady_clock::now();
+    while (count_files(cache).temps == 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(20))
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10 * round));
+    ::kill(child.pid, SIGKILL);
+    wait_for(child);
+    if (fs::exists(cache)) check_store_consistent(cache);
+  }
+  // A complete run over what the kills left: the same text as a run without tiers.
+  const Run done = run_to_end(tiered, log);
+  REQUIRE_MESSAGE(done.exit_code == 0, done.output);
+  CHECK(done.output.find("writes to and") != std::string::npos);  // the cache line: T2 was written
+  check_store_consistent(cache);
+  auto text_of = [](const std::string& out) { return out.substr(0, out.find("summary:")); };
+  CHECK(text_of(done.output) == text_of(reference.output));
+}
