@@ -2,12 +2,15 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <map>
 
 #include "cli/common.h"
 #include "common/error.h"
+#include "runtime/kv/tier_config.h"
+#include "runtime/store/redis_store.h"
 #include "runtime/store/cache_dir.h"
 #include "runtime/store/disk_store.h"
 
@@ -87,7 +90,44 @@ void run_ls(const CacheOptions& o) {
   }
 }
 
+/// The tiers as choreo.toml (or the defaults) sets them; T3's server is asked what it holds.
+void print_tiers() {
+  TierOptions t;
+  t.resolve();
+  const std::string path = kv::tier_config_path();
+  std::error_code ec;
+  std::printf("tiers:         %s\n",
+              std::filesystem::exists(path, ec) ? ("as " + path + " sets them").c_str()
+                                                : ("defaults (no " + path + ")").c_str());
+  std::printf("  T0 (pool):   %d MiB per engine (--cache-mib), eviction policy %s (--evict)\n", t.cache_mib,
+              t.evict.c_str());
+  std::printf("  T1 (host):   %s\n",
+              t.host_cache_mib ? fmt::format("{} MiB (--host-cache-mib)", t.host_cache_mib).c_str()
+                               : "none (--host-cache-mib)");
+  std::printf("  T2 (store):  the store below; evictions write %s\n",
+              t.disk_cache_mib ? fmt::format("up to {} MiB to it (--disk-cache-mib)", t.disk_cache_mib).c_str()
+                               : "nothing to it (--disk-cache-mib 0)");
+  if (t.redis.empty()) {
+    std::printf("  T3 (Redis):  none (--redis)\n");
+    return;
+  }
+  std::string what;
+  try {
+    store::RedisAddress address = store::parse_redis_address(t.redis);
+    if (const char* pw = std::getenv("CHOREO_REDIS_PASSWORD")) address.password = pw;
+    store::RedisStore redis(address);
+    if (auto u = redis.usage())
+      what = fmt::format("{} encodings, {}", u->first, human_bytes(u->second));
+    else
+      what = "stopped answering";
+  } catch (const InputError& e) {
+    what = e.message();
+  }
+  std::printf("  T3 (Redis):  %s: %s\n", t.redis.c_str(), what.c_str());
+}
+
 void run_stat(const CacheOptions& o) {
+  print_tiers();
   std::optional<store::DiskStore> disk = open_existing(o);
   if (!disk) return;
   note_unmarked(*disk);

@@ -201,6 +201,7 @@ void add_eval_run(CLI::App& eval_group) {
       throw InputError(
           "choreo eval needs a workflow file or a subcommand",
           "choreo eval WORKFLOW.yaml --data FILE ..., choreo eval score ..., or choreo eval merge ...");
+    o->tiers.resolve();
     run_eval_command(*o);
   });
 }

@@ -50,7 +50,10 @@ void register_exec(CLI::App& app) {
       ->check(CLI::IsMember({"choreo", "prefix", "naive"}));
   add_tier_options(*cmd, o->tiers);
   add_page_tokens_option(*cmd, o->page_tokens);
-  cmd->callback([o] { run_exec(*o); });
+  cmd->callback([o] {
+    o->tiers.resolve();
+    run_exec(*o);
+  });
 }
 
 }  // namespace choreo::cli

@@ -294,7 +294,10 @@ void register_run(CLI::App& app) {
   add_tier_options(*cmd, o->tiers);
   add_page_tokens_option(*cmd, o->page_tokens);
   add_max_steps_option(*cmd, o->max_steps);
-  cmd->callback([o] { run_run(*o); });
+  cmd->callback([o] {
+    o->tiers.resolve();
+    run_run(*o);
+  });
 }
 
 }  // namespace choreo::cli

@@ -6,6 +6,7 @@
 #include "dsl/budget.h"
 #include "common/error.h"
 #include "common/paths.h"
+#include "runtime/kv/tier_config.h"
 
 namespace choreo::cli {
 
@@ -60,7 +61,20 @@ kv::TierSettings TierOptions::tiers() const {
   return {size_t(host_cache_mib) << 20, kv::parse_eviction_policy(evict), size_t(disk_cache_mib) << 20};
 }
 
+void TierOptions::resolve() {
+  const std::optional<kv::TierConfig> c = kv::read_tier_config(kv::tier_config_path());
+  if (!c) return;
+  auto unset = [&](const char* flag) { return !app || app->count(flag) == 0; };
+  if (c->cache_mib && unset("--cache-mib")) cache_mib = int(*c->cache_mib);
+  if (c->host_cache_mib && unset("--host-cache-mib")) host_cache_mib = int(*c->host_cache_mib);
+  if (c->disk_cache_mib && unset("--disk-cache-mib")) disk_cache_mib = int(*c->disk_cache_mib);
+  if (c->evict && unset("--evict")) evict = *c->evict;
+  if (c->redis && unset("--redis")) redis = *c->redis;
+  if (c->redis_best_effort && unset("--redis-best-effort")) redis_best_effort = *c->redis_best_effort;
+}
+
 void add_tier_options(CLI::App& cmd, TierOptions& cache) {
+  cache.app = &cmd;
   cmd.add_option("--cache-mib", cache.cache_mib,
                  "T0 KV budget in MiB: the page pool attention reads (default 4096); when full, messages no "
                  "running call uses move to T1 or are dropped and recomputed if needed again")

@@ -52,6 +52,9 @@ struct TierOptions {
   std::string evict = "workflow";
   std::string redis;               // T3: host:port ("" for none); the password is $CHOREO_REDIS_PASSWORD
   bool redis_best_effort = false;  // a Redis that cannot be used at start-up is a warning, not an error
+  const CLI::App* app = nullptr;   // the subcommand: which flags were given
+  /// Takes what the command line left unset from choreo.toml (runtime/kv/tier_config.h).
+  void resolve();
   size_t t0_bytes() const { return size_t(cache_mib) << 20; }
   kv::TierSettings tiers() const;
 };

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes the GGUF reader, then the other targets below (workflow YAML, expressions, PML, tokenizers, exec calls
-# files, eval data and results files, store entries), with libFuzzer + ASan + UBSan.
+# files, eval data and results files, store entries, choreo.toml), with libFuzzer + ASan + UBSan.
 #   scripts/fuzz.sh [seconds=60]      (each target runs for that many seconds)
 # Builds build-fuzz/ with clang (the whole library instrumented), seeds build-fuzz/gguf-corpus with the shared
 # GGUF files and writer-made files, runs for the given time and exits non-zero on any crash, leak or timeout
@@ -244,3 +244,22 @@ cat >"$store_dict" <<'DICT'
 "\xff\xff\xff\xff"
 DICT
 fuzz_run store_entry_fuzz "$store_corpus" "$store_dict" 4096 20
+
+# ---- choreo.toml's [tiers] (runtime/kv/tier_config) ---------------------------------------------------------
+tier_config_corpus="$build/tier-config-corpus"
+fuzz_seed tier_config_fuzz "$tier_config_corpus"
+tier_config_dict="$build/tier-config.dict"
+cat >"$tier_config_dict" <<'DICT'
+"[tiers]"
+"cache_mib = "
+"host_cache_mib = "
+"disk_cache_mib = "
+"evict = \"workflow\""
+"redis = \""
+"redis_best_effort = true"
+"9223372036854775807"
+"[[tiers]]"
+"{"
+"\"\"\""
+DICT
+fuzz_run tier_config_fuzz "$tier_config_corpus" "$tier_config_dict" 4096 20

@@ -124,6 +124,32 @@ std::optional<std::vector<uint8_t>> RedisStore::get(uint64_t content_key) {
   return std::vector<uint8_t>(r.r->str, r.r->str + r.r->len);
 }
 
+std::optional<std::pair<size_t, uint64_t>> RedisStore::usage() {
+  if (!context_) return std::nullopt;
+  size_t n = 0;
+  uint64_t bytes = 0;
+  std::string cursor = "0";
+  do {
+    Reply r(redisCommand(context_, "SCAN %s MATCH choreo:kv:* COUNT 1000", cursor.c_str()));
+    if (!r.r || r.r->type != REDIS_REPLY_ARRAY || r.r->elements != 2) {
+      fail(r.r ? "unexpected SCAN reply" : context_->errstr);
+      return std::nullopt;
+    }
+    cursor.assign(r.r->element[0]->str, r.r->element[0]->len);
+    const redisReply* keys = r.r->element[1];
+    for (size_t i = 0; i < keys->elements; ++i) {
+      Reply len(redisCommand(context_, "STRLEN %b", keys->element[i]->str, keys->element[i]->len));
+      if (!len.r) {
+        fail(context_->errstr);
+        return std::nullopt;
+      }
+      ++n;
+      if (len.r->type == REDIS_REPLY_INTEGER) bytes += uint64_t(len.r->integer);
+    }
+  } while (cursor != "0");
+  return std::make_pair(n, bytes);
+}
+
 void RedisStore::report_bad(uint64_t content_key, std::string_view what) {
   if (std::find(reported_.begin(), reported_.end(), content_key) != reported_.end()) return;
   reported_.push_back(content_key);

@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/store/disk_store.h"
@@ -49,6 +50,9 @@ class RedisStore {
   bool put(uint64_t content_key, std::span<const uint8_t> entry);
   /// The bytes stored under a key, or nullopt (absent, or the server unusable).
   std::optional<std::vector<uint8_t>> get(uint64_t content_key);
+  /// How many of choreo's encodings the server holds and their bytes (a SCAN over `choreo:kv:*`); nullopt
+  /// when the server is unusable.
+  std::optional<std::pair<size_t, uint64_t>> usage();
   /// Entries written and read by this object.
   size_t puts() const { return puts_; }
   size_t hits() const { return hits_; }

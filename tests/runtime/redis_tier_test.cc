@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <fstream>
 #include <functional>
 #include <cstring>
 #include <string>
@@ -135,6 +136,19 @@ TEST_CASE("redis T3: two processes with different cache directories share encodi
   CHECK(second["tiers"]["t3_hits"].get<int>() > 0);
   CHECK(computed_second < computed_first);
   MESSAGE("tokens computed: first process " << computed_first << ", second " << computed_second);
+
+  // `choreo cache stat` shows the tiers, T3 as the server reports it (the server from choreo.toml).
+  const std::string config = (scratch.path / "choreo.toml").string();
+  std::ofstream(config) << "[tiers]\nredis = \"" << server.address() << "\"\nhost_cache_mib = 512\n";
+  const testing::ProcessResult stat = testing::run_process(
+      testing::choreo_binary(), {"cache", "stat", "--cache-dir", (scratch.path / "first").string()}, scratch.path,
+      {.env = {std::string("CHOREO_REDIS_PASSWORD=") + kPassword, "CHOREO_CONFIG=" + config}});
+  INFO(stat.out, stat.err);
+  CHECK(stat.exit_code == 0);
+  CHECK(stat.out.find("T1 (host):   512 MiB") != std::string::npos);
+  const std::string t3 = "T3 (Redis):  " + server.address() + ": " +
+                         std::to_string(first["tiers"]["t3_writes"].get<int>()) + " encodings";
+  CHECK(stat.out.find(t3) != std::string::npos);
 }
 
 TEST_CASE("redis T3: a wrong password or no server is an error at start-up, and best effort warns and runs") {
