@@ -37,7 +37,7 @@ else
   echo "SKIP: commit $base is not in this clone's history (a shallow clone?); the comparison needs it"
 fi
 
-printf '\033[1m==> fuzzing: GGUF reader, workflow YAML, expressions, PML, tokenizers, exec calls, eval data, store entries (%s s each)\033[0m\n' "${CHOREO_FUZZ_SECONDS:-30}"
+printf '\033[1m==> fuzzing: GGUF reader, workflow YAML, expressions, PML, tokenizers, exec calls, eval data, store entries, choreo.toml (%s s each)\033[0m\n' "${CHOREO_FUZZ_SECONDS:-30}"
 scripts/fuzz.sh "${CHOREO_FUZZ_SECONDS:-30}"
 
 echo "all test steps passed in $(( $(date +%s) - start )) s"
