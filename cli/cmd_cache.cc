@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <map>
@@ -113,9 +112,7 @@ void print_tiers() {
   }
   std::string what;
   try {
-    store::RedisAddress address = store::parse_redis_address(t.redis);
-    if (const char* pw = std::getenv("CHOREO_REDIS_PASSWORD")) address.password = pw;
-    store::RedisStore redis(address);
+    store::RedisStore redis(t.redis_address());
     if (auto u = redis.usage())
       what = fmt::format("{} encodings, {}", u->first, human_bytes(u->second));
     else

@@ -97,10 +97,15 @@ void add_tier_options(CLI::App& cmd, TierOptions& cache) {
       ->check(CLI::IsMember({"workflow", "lru"}));
 }
 
+store::RedisAddress TierOptions::redis_address() const {
+  store::RedisAddress address = store::parse_redis_address(redis);
+  if (const char* pw = std::getenv("CHOREO_REDIS_PASSWORD")) address.password = pw;
+  return address;
+}
+
 std::unique_ptr<store::RedisStore> open_redis(const TierOptions& options) {
   if (options.redis.empty()) return nullptr;
-  store::RedisAddress address = store::parse_redis_address(options.redis);
-  if (const char* pw = std::getenv("CHOREO_REDIS_PASSWORD")) address.password = pw;
+  const store::RedisAddress address = options.redis_address();
   auto warn = [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); };
   try {
     return std::make_unique<store::RedisStore>(address, warn);

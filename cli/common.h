@@ -56,6 +56,8 @@ struct TierOptions {
   /// Takes what the command line left unset from choreo.toml (runtime/kv/tier_config.h).
   void resolve();
   size_t t0_bytes() const { return size_t(cache_mib) << 20; }
+  /// `redis` parsed (InputError when malformed), with the password from $CHOREO_REDIS_PASSWORD.
+  store::RedisAddress redis_address() const;
   kv::TierSettings tiers() const;
 };
 void add_tier_options(CLI::App& cmd, TierOptions& cache);

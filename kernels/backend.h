@@ -44,6 +44,8 @@ struct KvLayout {
   int n_kv_heads = 0;
   int head_dim = 0;
   int kv_dim() const { return n_kv_heads * head_dim; }
+  /// Pages that hold `n_tokens` tokens.
+  size_t pages_for(size_t n_tokens) const { return (n_tokens + page_tokens - 1) / page_tokens; }
   size_t page_floats() const { return size_t(2) * n_layers * page_tokens * kv_dim(); }
   /// Start of the [head_dim][page_tokens] key tile of one layer and KV head.
   size_t k_tile(int layer, int kv_head) const { return (size_t(layer) * n_kv_heads + kv_head) * head_dim * page_tokens; }

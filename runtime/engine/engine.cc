@@ -269,13 +269,12 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
     for (const PlacedView& v : works[k].views) hold(v.message, held, &results[work_request[k]].stats);
   // The calls are independent and the kernels batch invariant, so a batch whose new pages would not fit in
   // half of T0 is encoded in parts that do; each part's messages can leave T0 while the next is encoded.
-  const int page_tokens = store_.pool().layout().page_tokens;
   const size_t part_pages = std::max<size_t>(1, store_.pool().budget_bytes() / store_.pool().page_bytes() / 2);
   for (size_t first = 0; first < works.size();) {
     std::vector<Work*> part;
     size_t pages = 0;
     for (; first < works.size(); ++first) {
-      const size_t need = (works[first].msg->tokens.size() + page_tokens - 1) / page_tokens;
+      const size_t need = store_.pool().layout().pages_for(works[first].msg->tokens.size());
       if (!part.empty() && pages + need > part_pages) break;
       part.push_back(&works[first]);
       pages += need;
@@ -606,7 +605,7 @@ bool Engine::evict_one() {
 
 void Engine::offload(kv::Message& m) {
   const kv::PagePool& pool = store_.pool();
-  const size_t n_pages = (m.tokens.size() + pool.layout().page_tokens - 1) / pool.layout().page_tokens;
+  const size_t n_pages = pool.layout().pages_for(m.tokens.size());
   const size_t bytes = n_pages * pool.page_bytes();
   if (m.host.empty() && !m.released && bytes <= host_.budget_bytes() &&
       (host_.fits(bytes) || make_host_room(bytes, m.id))) {
@@ -788,20 +787,10 @@ std::optional<Engine::Stored> Engine::open_stored(uint64_t key) {
   if (!bytes) return std::nullopt;
   s.bytes = std::move(*bytes);
   s.parsed = store::parse_entry(s.bytes);
-  const store::EntryMeta& m = s.parsed.meta;
-  std::string_view problem;
-  if (s.parsed.problem != store::EntryProblem::Ok)
-    problem = store::describe(s.parsed.problem);
-  else if (m.content_key != key)
-    problem = "it holds another content key";
-  else if (m.model_fingerprint != expect.model_fingerprint)
-    problem = "it was written for another model";
-  else if (m.layout.page_tokens != expect.layout.page_tokens || m.layout.n_layers != expect.layout.n_layers ||
-           m.layout.n_kv_heads != expect.layout.n_kv_heads || m.layout.head_dim != expect.layout.head_dim ||
-           m.kv_dtype != store::kKvDTypeF32)
-    problem = "it has another KV layout";
-  if (!problem.empty()) {
-    remote_->report_bad(key, problem);
+  store::EntryProblem problem = s.parsed.problem;
+  if (problem == store::EntryProblem::Ok) problem = store::compatibility_problem(s.parsed.meta, key, expect);
+  if (problem != store::EntryProblem::Ok) {
+    remote_->report_bad(key, store::describe(problem));
     ++tier_stats_.t3_bad;
     return std::nullopt;
   }
@@ -818,16 +807,11 @@ void Engine::report_stored(const Stored& s, uint64_t key, std::string_view what)
 
 bool Engine::read_stored(const Stored& s, kv::PageList& pages) {
   if (s.mapped) return disk_->read_pages(*s.mapped, pages);  // checks every page first
-  const store::EntryMeta& meta = s.parsed.meta;
-  for (size_t i = 0; i < meta.n_pages(); ++i)
-    if (!store::page_intact(s.bytes, s.parsed, i)) {
-      remote_->report_bad(meta.content_key, fmt::format("page checksum mismatch (page {})", i));
-      return false;
-    }
-  pages.reserve(int(meta.tokens.size()));
-  for (size_t i = 0; i < meta.n_pages(); ++i)
-    std::memcpy(pages.pages()[i], s.bytes.data() + s.parsed.pages_offset + i * meta.page_bytes(), meta.page_bytes());
-  return true;
+  const std::optional<size_t> bad = store::copy_checked_pages(s.bytes, s.parsed, pages);
+  if (bad)
+    remote_->report_bad(s.parsed.meta.content_key,
+                        fmt::format("{} (page {})", store::describe(store::EntryProblem::PageChecksum), *bad));
+  return !bad;
 }
 
 std::optional<kv::MessageId> Engine::load_stored(uint64_t key, int depth) {

@@ -59,16 +59,7 @@ class StepOracleRegistry {
         if (reads) all_ttl = false;  // an instance that reads it without a ttl keeps it alive
         continue;
       }
-      if (!out) {
-        out = r;
-        all_ttl = all_ttl && r->ttl_ms.has_value();
-        continue;
-      }
-      out->pin = out->pin || r->pin;
-      out->priority = std::max(out->priority, r->priority);
-      all_ttl = all_ttl && r->ttl_ms.has_value();
-      if (out->ttl_ms && r->ttl_ms) out->ttl_ms = std::max(*out->ttl_ms, *r->ttl_ms);
-      out->release = out->release && r->release;
+      out = out ? kv::merged(*out, *r) : *r;
     }
     if (out && !all_ttl) out->ttl_ms.reset();
     return out;

@@ -105,14 +105,7 @@ class RunSteps final : public runtime::StepOracle {
       if (!r.any()) continue;
       kv::Retention k{r.pin, int(r.priority), std::nullopt, r.release};
       if (r.ttl_s) k.ttl_ms = double(*r.ttl_s) * 1000.0;
-      if (!out) {
-        out = k;
-        continue;
-      }
-      out->pin = out->pin || k.pin;
-      out->priority = std::max(out->priority, k.priority);
-      out->ttl_ms = out->ttl_ms && k.ttl_ms ? std::optional<double>(std::max(*out->ttl_ms, *k.ttl_ms)) : std::nullopt;
-      out->release = out->release && k.release;
+      out = out ? kv::merged(*out, k) : k;
     }
     return out;
   }

@@ -60,8 +60,8 @@ PageList& PageList::operator=(PageList&& other) noexcept {
 }
 
 void PageList::reserve(int n_tokens) {
-  int need = (n_tokens + page_tokens() - 1) / page_tokens();
-  while (int(pages_.size()) < need) pages_.push_back(pool_->allocate());
+  const size_t need = pool_->layout().pages_for(size_t(n_tokens));
+  while (pages_.size() < need) pages_.push_back(pool_->allocate());
 }
 
 void PageList::clear() {

@@ -46,6 +46,15 @@ void HostCopy::reset() {
   n_pages_ = page_floats_ = 0;
 }
 
+Retention merged(const Retention& a, const Retention& b) {
+  Retention out;
+  out.pin = a.pin || b.pin;
+  out.priority = std::max(a.priority, b.priority);
+  if (a.ttl_ms && b.ttl_ms) out.ttl_ms = std::max(*a.ttl_ms, *b.ttl_ms);
+  out.release = a.release && b.release;
+  return out;
+}
+
 double tier_clock_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

@@ -115,6 +115,11 @@ struct Retention {
   bool release = false;          // once the workflow will not read it again, it leaves first
 };
 
+/// Two hints for one message (two plan nodes it is, or two instances that read it) as one: pinned if either
+/// pins it, the higher priority, a time-to-live only when both give one (the longer), released only when both
+/// say so.
+Retention merged(const Retention& a, const Retention& b);
+
 /// What the eviction policy knows of a message that could leave a tier.
 struct EvictionCandidate {
   MessageId id = 0;

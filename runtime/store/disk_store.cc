@@ -270,19 +270,8 @@ std::optional<MappedEntry> DiskStore::open(uint64_t key, const Compatibility& ex
   }
   ParsedEntry parsed = parse_entry(file->bytes());
   EntryProblem problem = parsed.problem;
-  if (problem == EntryProblem::Ok) {
-    const EntryMeta& m = parsed.meta;
-    const kernels::KvLayout& want = expect.layout;
-    if (m.content_key != key)
-      problem = EntryProblem::WrongKey;
-    else if (m.model_fingerprint != expect.model_fingerprint)
-      problem = EntryProblem::WrongModel;
-    else if (m.layout.page_tokens != want.page_tokens || m.layout.n_layers != want.n_layers ||
-             m.layout.n_kv_heads != want.n_kv_heads || m.layout.head_dim != want.head_dim)
-      problem = EntryProblem::WrongLayout;
-    else if (auth_)
-      problem = check_entry_mac(file->bytes(), parsed, *auth_);
-  }
+  if (problem == EntryProblem::Ok) problem = compatibility_problem(parsed.meta, key, expect);
+  if (problem == EntryProblem::Ok && auth_) problem = check_entry_mac(file->bytes(), parsed, *auth_);
   if (problem != EntryProblem::Ok) {
     report(path, describe(problem));
     return std::nullopt;
@@ -290,20 +279,34 @@ std::optional<MappedEntry> DiskStore::open(uint64_t key, const Compatibility& ex
   return MappedEntry{std::move(*file), std::move(parsed)};
 }
 
-bool DiskStore::read_pages(const MappedEntry& entry, kv::PageList& pages) {
-  const EntryMeta& m = entry.meta();
-  const std::span<const uint8_t> bytes = entry.file.bytes();
-  for (size_t i = 0; i < m.n_pages(); ++i) {
-    if (!page_intact(bytes, entry.parsed, i)) {
-      report(entry_path(m.content_key), fmt::format("{} (page {})", describe(EntryProblem::PageChecksum), i));
-      return false;
-    }
-  }
+EntryProblem compatibility_problem(const EntryMeta& m, uint64_t key, const Compatibility& expect) {
+  const kernels::KvLayout& want = expect.layout;
+  if (m.content_key != key) return EntryProblem::WrongKey;
+  if (m.model_fingerprint != expect.model_fingerprint) return EntryProblem::WrongModel;
+  if (m.layout.page_tokens != want.page_tokens || m.layout.n_layers != want.n_layers ||
+      m.layout.n_kv_heads != want.n_kv_heads || m.layout.head_dim != want.head_dim)
+    return EntryProblem::WrongLayout;
+  return EntryProblem::Ok;
+}
+
+std::optional<size_t> copy_checked_pages(std::span<const uint8_t> bytes, const ParsedEntry& parsed,
+                                         kv::PageList& pages) {
+  const EntryMeta& m = parsed.meta;
+  for (size_t i = 0; i < m.n_pages(); ++i)
+    if (!page_intact(bytes, parsed, i)) return i;
   pages.reserve(int(m.tokens.size()));
   const size_t page_bytes = m.page_bytes();
   for (size_t i = 0; i < m.n_pages(); ++i)
-    std::memcpy(pages.pages()[i], bytes.data() + entry.parsed.pages_offset + i * page_bytes, page_bytes);
-  return true;
+    std::memcpy(pages.pages()[i], bytes.data() + parsed.pages_offset + i * page_bytes, page_bytes);
+  return std::nullopt;
+}
+
+bool DiskStore::read_pages(const MappedEntry& entry, kv::PageList& pages) {
+  const std::optional<size_t> bad = copy_checked_pages(entry.file.bytes(), entry.parsed, pages);
+  if (bad)
+    report(entry_path(entry.meta().content_key),
+           fmt::format("{} (page {})", describe(EntryProblem::PageChecksum), *bad));
+  return !bad;
 }
 
 void DiskStore::touch(uint64_t key, std::optional<Clock::time_point> when) {

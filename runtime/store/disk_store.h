@@ -45,6 +45,16 @@ struct Compatibility {
   kernels::KvLayout layout;
 };
 
+/// Why an entry whose header parsed cannot serve `key` for `expect`: WrongKey, WrongModel, WrongLayout, or Ok.
+/// The same rule for every place entries come from (a store file, a Redis value).
+EntryProblem compatibility_problem(const EntryMeta& meta, uint64_t key, const Compatibility& expect);
+
+/// Checks every page of an entry's bytes against its checksum, then copies them into `pages` (reserving
+/// them). Returns the index of the first page that fails (nothing is copied then), or nullopt when all were
+/// copied.
+std::optional<size_t> copy_checked_pages(std::span<const uint8_t> entry, const ParsedEntry& parsed,
+                                         kv::PageList& pages);
+
 /// An entry mapped from disk whose header passed every check; pages are checked as they are copied out.
 struct MappedEntry {
   MappedFile file;

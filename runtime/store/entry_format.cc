@@ -76,7 +76,7 @@ uint64_t layout_page_bytes(uint64_t page_tokens, uint64_t n_layers, uint64_t n_k
 }  // namespace
 
 size_t EntryMeta::n_pages() const {
-  return layout.page_tokens > 0 ? (tokens.size() + layout.page_tokens - 1) / layout.page_tokens : 0;
+  return layout.page_tokens > 0 ? layout.pages_for(tokens.size()) : 0;
 }
 
 size_t EntryMeta::page_bytes() const { return layout.page_floats() * sizeof(float); }
