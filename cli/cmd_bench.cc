@@ -49,7 +49,7 @@ void run_bench(const BenchOptions& o) {
   const model::Model& m = *lm.model;
   const model::Vocab& vocab = m.vocab();
   const int n_vocab = m.config().n_vocab;
-  kv::PagePool pool(m.kv_layout(32), size_t(8) << 30);
+  kv::PagePool pool(m.backend(), m.kv_layout(32), size_t(8) << 30);
   std::mt19937 rng(1234);
   auto random_tokens = [&](int n) {
     std::vector<model::Token> t(n);

@@ -33,7 +33,7 @@ struct EncodeOptions {
   bool no_store = false;
   int n_threads = 0;
   int cache_mib = 4096;
-  int page_tokens = 32;
+  KvOptions kv;
   int max_tokens = 128;
   float temperature = 0.0f;
   uint64_t seed = 42;
@@ -120,7 +120,7 @@ void run_encode(const EncodeOptions& o) {
   std::optional<dsl::pml::Prompt> prompt;
   if (!prompt_text.empty()) prompt = dsl::pml::parse_prompt(prompt_text, prompt_origin);
   LoadedModel lm = load_model(o.model_path, o.n_threads);
-  kv::PagePool pool(lm.model->kv_layout(o.page_tokens), size_t(o.cache_mib) << 20);
+  kv::PagePool pool(lm.model->backend(), o.kv.layout(*lm.model), size_t(o.cache_mib) << 20);
   runtime::Engine engine(*lm.model, pool);
   std::optional<store::DiskStore> disk;
   if (!o.no_store) {
@@ -169,7 +169,7 @@ void register_encode(CLI::App& app) {
       ->check(CLI::Range(0.0f, 100.0f));
   cmd->add_option("-s,--seed", o->seed, "sampling seed");
   cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget in MiB (default 4096)")->check(at_least(1));
-  add_page_tokens_option(*cmd, o->page_tokens);
+  add_kv_options(*cmd, o->kv);
   cmd->add_option(
       "--cache-dir", o->cache_dir,
       "persistent store directory (default: $CHOREO_CACHE_DIR, else the XDG cache; docs/store.md)");

@@ -35,7 +35,7 @@ struct EvalRunOptions {
   int concurrency = 4;
   int n_threads = 0;
   TierOptions tiers;
-  int page_tokens = 32;
+  KvOptions kv;
   bool resume = false, no_leak = false, json = false, sync = false;
   int64_t max_steps = dsl::kDefaultMaxSteps;
 };
@@ -87,7 +87,9 @@ void run_eval_command(const EvalRunOptions& o) {
   settings.shared.params = key_values(o.params, "--param");
   settings.shared.max_steps = o.max_steps;
   settings.no_leak = o.no_leak;
-  settings.page_tokens = o.page_tokens;
+  settings.page_tokens = o.kv.page_tokens;
+  settings.k_type = o.kv.k_type();
+  settings.v_type = o.kv.v_type();
   settings.cache_bytes = o.tiers.t0_bytes();
   settings.tiers = o.tiers.tiers();
   const eval::Shard shard = eval::parse_shard(o.shard);
@@ -190,7 +192,7 @@ void add_eval_run(CLI::App& eval_group) {
                  "persistent store (e.g. PML modules saved by choreo encode) that choreo mode reads encodings "
                  "from; the baselines never read it (default: none)");
   add_tier_options(cmd, o->tiers);
-  add_page_tokens_option(cmd, o->page_tokens);
+  add_kv_options(cmd, o->kv);
   add_max_steps_option(cmd, o->max_steps);
   cmd.add_flag("--json", o->json, "print the closing summary as JSON");
   cmd.add_flag("--fsync", o->sync,

@@ -20,7 +20,7 @@ struct ExecOptions {
   std::string model_path, calls_path, mode = "choreo";
   int n_threads = 0;
   TierOptions tiers;
-  int page_tokens = 32;
+  KvOptions kv;
 };
 
 void run_exec(const ExecOptions& o) {
@@ -30,7 +30,7 @@ void run_exec(const ExecOptions& o) {
   std::istringstream calls(read_input_file(from_stdin ? "/dev/stdin" : o.calls_path,
                                            from_stdin ? "calls input" : "calls file", input_policy().file_bytes));
   LoadedModel lm = load_model(o.model_path, o.n_threads);
-  kv::PagePool pool(lm.model->kv_layout(o.page_tokens), o.tiers.t0_bytes());
+  kv::PagePool pool(lm.model->backend(), o.kv.layout(*lm.model), o.tiers.t0_bytes());
   runtime::Engine engine(*lm.model, pool, mode);
   engine.set_tiers(o.tiers.tiers());
   std::unique_ptr<store::RedisStore> redis = mode == runtime::Mode::Choreo ? open_redis(o.tiers) : nullptr;
@@ -49,7 +49,7 @@ void register_exec(CLI::App& app) {
                   "engine path: choreo (default; reuse cached parents), prefix or naive (chat-API baselines)")
       ->check(CLI::IsMember({"choreo", "prefix", "naive"}));
   add_tier_options(*cmd, o->tiers);
-  add_page_tokens_option(*cmd, o->page_tokens);
+  add_kv_options(*cmd, o->kv);
   cmd->callback([o] {
     o->tiers.resolve();
     run_exec(*o);

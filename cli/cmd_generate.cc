@@ -30,6 +30,7 @@ struct GenerateOptions {
   bool chat = false;
   bool no_bos = false;
   int cache_mib = 4096;
+  KvOptions kv;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -54,7 +55,7 @@ void run_generate(const GenerateOptions& o) {
   std::vector<model::Token> tokens = vocab.tokenize(text, !o.no_bos, /*parse_special=*/true);
   if (tokens.empty()) throw InputError("the prompt is empty", "pass some text with -p");
 
-  kv::PagePool pool(m.kv_layout(32), size_t(o.cache_mib) << 20);
+  kv::PagePool pool(m.backend(), o.kv.layout(m), size_t(o.cache_mib) << 20);
   model::Session session(m, pool);
   model::SamplingParams sp;
   sp.temperature = o.temperature;
@@ -114,6 +115,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--system", o->system, "system message for --chat");
   cmd->add_flag("--no-bos", o->no_bos, "do not add the BOS token");
   cmd->add_option("--cache-mib", o->cache_mib, "KV cache budget in MiB")->check(at_least(1));
+  add_kv_options(*cmd, o->kv);
   cmd->callback([o] { run_generate(*o); });
 }
 

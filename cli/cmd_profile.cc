@@ -29,7 +29,7 @@ struct ProfileOptions {
   int limit = 10;
   int n_threads = 0;
   int cache_mib = 4096;
-  int page_tokens = 32;
+  KvOptions kv;
   int64_t max_steps = dsl::kDefaultMaxSteps;
 };
 
@@ -65,11 +65,11 @@ void run_profile(const ProfileOptions& o) {
   if (!o.json_path.empty()) check_writable(o.json_path, "--json");
 
   LoadedModel lm = load_model(o.model_path, o.n_threads);
-  const kernels::KvLayout layout = lm.model->kv_layout(o.page_tokens);
-  kv::PagePool baseline_pool(layout, size_t(o.cache_mib) << 20), choreo_pool(layout, size_t(o.cache_mib) << 20);
+  const kernels::KvLayout layout = o.kv.layout(*lm.model);
+  kv::PagePool baseline_pool(lm.model->backend(), layout, size_t(o.cache_mib) << 20), choreo_pool(lm.model->backend(), layout, size_t(o.cache_mib) << 20);
   {
     // Warm-up (page faults on the weights, thread start), on a scratch engine so neither cache sees it.
-    kv::PagePool scratch_pool(layout, size_t(64) << 20);
+    kv::PagePool scratch_pool(lm.model->backend(), layout, size_t(64) << 20);
     runtime::Engine scratch(*lm.model, scratch_pool, runtime::Mode::Choreo);
     runtime::PrefillRequest warm;
     warm.tokens = lm.model->vocab().tokenize("Warm up the weights and the threads, please.", false, true);
@@ -206,7 +206,7 @@ void register_profile(CLI::App& app) {
   cmd->add_option("--json", o->json_path, "write the raw per-instance numbers as JSON here");
   cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget per mode in MiB (default 4096)")
       ->check(at_least(1));
-  add_page_tokens_option(*cmd, o->page_tokens);
+  add_kv_options(*cmd, o->kv);
   add_max_steps_option(*cmd, o->max_steps);
   cmd->callback([o] { run_profile(*o); });
 }

@@ -42,7 +42,7 @@ struct RunOptions {
   int limit = 0;
   bool no_leak = false;
   TierOptions tiers;
-  int page_tokens = 32;
+  KvOptions kv;
   int64_t max_steps = dsl::kDefaultMaxSteps;
 };
 
@@ -179,7 +179,7 @@ void run_run(const RunOptions& o) {
   if (!o.json_path.empty()) check_writable(o.json_path, "--json");
   if (!o.trace_path.empty()) check_writable(o.trace_path, "--trace");
   LoadedModel lm = load_model(resolve_model(o, workflow), o.n_threads);
-  kv::PagePool pool(lm.model->kv_layout(o.page_tokens), o.tiers.t0_bytes());
+  kv::PagePool pool(lm.model->backend(), o.kv.layout(*lm.model), o.tiers.t0_bytes());
   runtime::Engine engine(*lm.model, pool, mode);
   engine.set_tiers(o.tiers.tiers());
   // Encodings saved by `choreo encode` (PML modules) are read from the persistent store.
@@ -292,7 +292,7 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--no-leak", o->no_leak,
                 "re-encode parents whose encoding carries another agent's private messages (see choreo check)");
   add_tier_options(*cmd, o->tiers);
-  add_page_tokens_option(*cmd, o->page_tokens);
+  add_kv_options(*cmd, o->kv);
   add_max_steps_option(*cmd, o->max_steps);
   cmd->callback([o] {
     o->tiers.resolve();

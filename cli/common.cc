@@ -52,9 +52,22 @@ CLI::Validator at_least(long min) {
       fmt::format("INT>={}", min));
 }
 
-void add_page_tokens_option(CLI::App& cmd, int& page_tokens) {
-  cmd.add_option("--page-tokens", page_tokens, "tokens per KV page (default 32)")
+void add_kv_options(CLI::App& cmd, KvOptions& kv) {
+  cmd.add_option("--page-tokens", kv.page_tokens, "tokens per KV page (default 32)")
       ->check(CLI::Range(1, kernels::kMaxPageTokens));
+  const auto check_type = [](const std::string& name) -> std::string {
+    if (name == "f32" || name == "f16" || name == "q8_0") return {};
+    return fmt::format("unknown KV cache type '{}'; expected f32, f16 or q8_0", name);
+  };
+  cmd.add_option("--cache-type-k", kv.type_k,
+                 "KV cache type of keys: f32 (exact, the default), f16 or q8_0 (as llama.cpp's -ctk)")
+      ->check(check_type);
+  cmd.add_option("--cache-type-v", kv.type_v, "KV cache type of values: f32 (default), f16 or q8_0 (-ctv)")
+      ->check(check_type);
+}
+
+kernels::KvLayout KvOptions::layout(const model::Model& model) const {
+  return model.kv_layout(page_tokens, k_type(), v_type());
 }
 
 kv::TierSettings TierOptions::tiers() const {

@@ -39,8 +39,18 @@ void add_pairs_option(CLI::App& cmd, const std::string& name, std::vector<std::s
 /// PositiveNumber print the whole range of a double).
 CLI::Validator at_least(long min);
 
-/// Adds `--page-tokens` (tokens per KV page, 1 to kernels::kMaxPageTokens) to a subcommand.
-void add_page_tokens_option(CLI::App& cmd, int& page_tokens);
+/// The shape of an engine's KV pages: `--page-tokens` (tokens per page, 1 to kernels::kMaxPageTokens) and the
+/// cache types `--cache-type-k` / `--cache-type-v` (llama.cpp's -ctk/-ctv: f32, f16 or q8_0).
+struct KvOptions {
+  int page_tokens = 32;
+  std::string type_k = "f32";
+  std::string type_v = "f32";
+  kernels::DType k_type() const { return kernels::parse_kv_type(type_k); }
+  kernels::DType v_type() const { return kernels::parse_kv_type(type_v); }
+  /// The layout for this model; InputError when a type cannot hold its heads.
+  kernels::KvLayout layout(const model::Model& model) const;
+};
+void add_kv_options(CLI::App& cmd, KvOptions& kv);
 
 /// The KV tiers of an engine (runtime/kv/tiers.h, docs/store.md "Tiers"): `--cache-mib` (T0, the page pool
 /// attention reads), `--host-cache-mib` (T1, host memory for pages evicted from T0), `--disk-cache-mib` (T2

@@ -3,11 +3,14 @@
 // kernels/cpu implements it always, kernels/cuda when built with CUDA. Pointers passed to a backend refer
 // to memory that backend owns or accepts (host memory for the CPU backend, device memory for CUDA).
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "kernels/dtype.h"
 
@@ -32,50 +35,92 @@ struct RopeParams {
   const float* freq_factors = nullptr;  // Llama-3 rope scaling: n_dims/2 divisors of the frequencies, or null
 };
 
-/// Layout of one KV page (page_tokens tokens, every layer). K is stored head-dimension-major per layer and KV
-/// head, [n_layers][n_kv_heads][head_dim][page_tokens], so attention reads a head's keys as a ready
-/// [head_dim x page_tokens] tile; V is token-major, [n_layers][page_tokens][n_kv_heads * head_dim].
+/// A KV page: an id that the backend which allocated it resolves to its own memory (host memory on the CPU,
+/// device memory under CUDA). Model and tier code hold ids, never pointers into pages.
+using PageId = uint32_t;
+
+/// Bytes [offset, offset + bytes) of a page.
+struct ByteRange {
+  size_t offset = 0;
+  size_t bytes = 0;
+};
+
 /// The most tokens a KV page may hold (the --page-tokens bound).
 constexpr int kMaxPageTokens = 4096;
 
+/// Layout of one KV page (page_tokens tokens, every layer). Every K of the page comes first, then every V;
+/// within each, layer after layer, so the K or the V of one layer of a page is one contiguous range
+/// (layer_k, layer_v) that can be copied on its own.
+/// - K in f32 (the reference) is stored head-dimension-major per layer and KV head,
+///   [n_layers][n_kv_heads][head_dim][page_tokens], so attention reads a head's keys as a ready
+///   [head_dim x page_tokens] tile. K in f16 or q8_0 is token-major, [n_layers][page_tokens] rows of kv_dim
+///   elements (heads consecutive) encoded in k_type, as llama.cpp's cache types.
+/// - V is token-major in every type, [n_layers][page_tokens] rows of kv_dim elements in v_type.
+/// q8_0 blocks hold 32 elements and never straddle heads: it needs head_dim % 32 == 0 (check()).
 struct KvLayout {
   int page_tokens = 32;
   int n_layers = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
+  DType k_type = DType::F32;
+  DType v_type = DType::F32;
   int kv_dim() const { return n_kv_heads * head_dim; }
   /// Pages that hold `n_tokens` tokens.
   size_t pages_for(size_t n_tokens) const { return (n_tokens + page_tokens - 1) / page_tokens; }
-  size_t page_floats() const { return size_t(2) * n_layers * page_tokens * kv_dim(); }
-  /// Start of the [head_dim][page_tokens] key tile of one layer and KV head.
+  bool is_f32() const { return k_type == DType::F32 && v_type == DType::F32; }
+  size_t k_row_bytes() const { return row_bytes(k_type, kv_dim()); }
+  size_t v_row_bytes() const { return row_bytes(v_type, kv_dim()); }
+  size_t page_bytes() const { return size_t(n_layers) * page_tokens * (k_row_bytes() + v_row_bytes()); }
+  /// The keys / values of one layer of a page.
+  ByteRange layer_k(int layer) const {
+    return {size_t(layer) * page_tokens * k_row_bytes(), size_t(page_tokens) * k_row_bytes()};
+  }
+  ByteRange layer_v(int layer) const {
+    return {size_t(n_layers) * page_tokens * k_row_bytes() + size_t(layer) * page_tokens * v_row_bytes(),
+            size_t(page_tokens) * v_row_bytes()};
+  }
+  /// f32 keys: start (in floats) of the [head_dim][page_tokens] key tile of one layer and KV head.
   size_t k_tile(int layer, int kv_head) const { return (size_t(layer) * n_kv_heads + kv_head) * head_dim * page_tokens; }
-  /// Start of the value row (kv_dim floats) of one layer and slot.
-  size_t v_offset(int layer, int slot) const {
-    return size_t(n_layers) * page_tokens * kv_dim() + (size_t(layer) * page_tokens + slot) * kv_dim();
-  }
-  /// Stores / loads one token's key row (kv_dim floats, heads consecutive) at a slot.
-  void write_k(float* page, int layer, int slot, const float* k_row) const {
-    for (int h = 0; h < n_kv_heads; ++h) {
-      float* tile = page + k_tile(layer, h) + slot;
-      for (int d = 0; d < head_dim; ++d) tile[size_t(d) * page_tokens] = k_row[h * head_dim + d];
-    }
-  }
-  void read_k(const float* page, int layer, int slot, float* k_row) const {
-    for (int h = 0; h < n_kv_heads; ++h) {
-      const float* tile = page + k_tile(layer, h) + slot;
-      for (int d = 0; d < head_dim; ++d) k_row[h * head_dim + d] = tile[size_t(d) * page_tokens];
-    }
-  }
+  /// Throws InputError when the types cannot hold this shape (a cache type choreo does not store, or q8_0
+  /// with a head dimension that is not a multiple of 32).
+  void check() const;
+  /// Encodes one token's key and value rows (kv_dim floats each, heads consecutive) into a page held in host
+  /// memory, at a slot, in the layout's types.
+  void write_k(std::byte* page, int layer, int slot, const float* k_row) const;
+  void write_v(std::byte* page, int layer, int slot, const float* v_row) const;
+  /// Decodes them (exact for f32; the stored value for f16 and q8_0).
+  void read_k(const std::byte* page, int layer, int slot, float* k_row) const;
+  void read_v(const std::byte* page, int layer, int slot, float* v_row) const;
 };
+
+/// Parses a KV cache type as llama.cpp's -ctk/-ctv name them: "f32", "f16" or "q8_0"; throws InputError.
+DType parse_kv_type(std::string_view name);
 
 /// A run of cached tokens visible to some queries: the tokens live in `pages` (in order), their keys were
 /// rotated at their encoded positions, and they are logically placed `delta` positions later.
 /// With causal_base >= 0, query j of its group sees only tokens [0, causal_base + j] (a message's own tokens).
 struct KvSegment {
-  std::span<float* const> pages;
+  std::span<const PageId> pages;
   int n_tokens = 0;
   int delta = 0;
   int causal_base = -1;
+};
+
+/// Completion of an asynchronous copy. wait() blocks until it is done and rethrows its failure; a
+/// default-constructed Completion is already done.
+class Completion {
+ public:
+  Completion() = default;
+  explicit Completion(std::shared_future<void> done) : done_(std::move(done)) {}
+  void wait() const {
+    if (done_.valid()) done_.get();
+  }
+  bool ready() const {
+    return !done_.valid() || done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
+
+ private:
+  std::shared_future<void> done_;
 };
 
 /// Query rows [q_begin, q_end) that share one view of the cache.
@@ -105,6 +150,20 @@ class Backend {
   virtual void swiglu(const float* gate, const float* up, size_t n, float* out) = 0;
   /// x += y over n values.
   virtual void add(float* x, const float* y, size_t n) = 0;
+  /// KV page memory, owned by the backend. A new page holds `bytes` zero bytes; alloc_page throws
+  /// std::bad_alloc when the device has no room (budgets are kept above this, by kv::PagePool).
+  virtual PageId alloc_page(size_t bytes) = 0;
+  virtual void free_page(PageId page) = 0;
+  /// Stores the keys and values of n tokens of one layer (k, v: [n, kv_dim], keys already rotated): token i
+  /// goes to slot slots[i] of pages[i], encoded in the layout's types.
+  virtual void store_kv(const KvLayout& kv, int layer, std::span<const PageId> pages,
+                        std::span<const int32_t> slots, const float* k, const float* v) = 0;
+  /// Copies `range` of page src to the same range of page dst, in the backend's memory.
+  virtual void copy_page(PageId dst, PageId src, ByteRange range) = 0;
+  /// Asynchronous copies between `range` of a page and host memory. Until the returned Completion is done,
+  /// the host buffer must stay valid and the page must be neither written nor freed.
+  virtual Completion copy_to_host(PageId src, ByteRange range, void* dst) = 0;
+  virtual Completion copy_from_host(const void* src, PageId dst, ByteRange range) = 0;
   /// Softmax attention of q ([n_q, n_heads*head_dim], rotated at each query's own position) over the
   /// segments of each group, for one layer; writes out [n_q, n_heads*head_dim]. A segment with delta != 0 is
   /// attended by rotating the query by -delta (virtual repositioning), never by touching stored keys.

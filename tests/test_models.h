@@ -17,6 +17,12 @@ struct LoadedModel {
   explicit LoadedModel(const std::string& path) { model = model::Model::load(path, *backend); }
 };
 
+/// A CPU backend (2 threads, like the models') for tests that need KV pages without a model.
+inline kernels::Backend& cpu_backend() {
+  static std::unique_ptr<kernels::Backend> backend = kernels::make_cpu_backend(2);
+  return *backend;
+}
+
 /// stories260K (F32, SentencePiece vocab), loaded on first use and shared by every test of the binary.
 inline LoadedModel& stories260k() {
   static LoadedModel loaded(shared_file("models/stories260K.gguf"));

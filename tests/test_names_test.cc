@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tests/cli_process.h"
+#include "tests/scratch_dir.h"
 
 namespace choreo {
 namespace {
@@ -17,7 +18,8 @@ TEST_CASE("test case names have no semicolon (ctest would run nothing for them)"
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   testing::ProcessOptions options;
   options.timeout_seconds = 60;
-  const testing::ProcessResult r = testing::run_process(self, {"--list-test-cases"}, ".", options);
+  testing::ScratchDir dir;  // where the listing's stdout.txt / stderr.txt go (not the checkout)
+  const testing::ProcessResult r = testing::run_process(self, {"--list-test-cases"}, dir.str(), options);
   REQUIRE(r.exit_code == 0);
   std::istringstream lines(r.out);
   int names = 0;

@@ -9,6 +9,8 @@
 #include <omp.h>
 
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/pages.h"
+#include "kernels/quant.h"
 
 namespace choreo::kernels::cpu {
 
@@ -169,20 +171,88 @@ void accumulate_tile(float* __restrict acc, const float* __restrict corr, const 
   }
 }
 
+/// One head's row of a page in a cache type, as floats. Half-to-float conversion is exact, and q8_0 is
+/// int8 times the block's fp16 scale, so these give exactly dequantize_row's values, with F16C / AVX-512
+/// conversions where the processor has them.
+CHOREO_MULTIVERSION
+void f16_row(const std::byte* src, float* __restrict dst, int n) {
+  const auto* h = reinterpret_cast<const _Float16*>(src);
+  for (int i = 0; i < n; ++i) dst[i] = float(h[i]);
+}
+
+CHOREO_MULTIVERSION
+void q8_0_row(const std::byte* src, float* __restrict dst, int n) {
+  const auto* blocks = reinterpret_cast<const BlockQ8_0*>(src);
+  for (int b = 0; b < n / kQuantBlock; ++b) {
+    _Float16 d;
+    __builtin_memcpy(&d, &blocks[b].d, sizeof(d));
+    const float scale = float(d);
+    for (int i = 0; i < kQuantBlock; ++i) dst[b * kQuantBlock + i] = float(blocks[b].qs[i]) * scale;
+  }
+}
+
+void decode_row(DType type, const std::byte* src, float* dst, int n) {
+  if (type == DType::F16)
+    f16_row(src, dst, n);
+  else
+    q8_0_row(src, dst, n);
+}
+
 /// Per-thread working memory of run_tile (grown once, reused: the hot loop allocates nothing).
 struct TileScratch {
-  std::vector<float> q_base, q_rot, acc, s, m, l, corr, total_acc, total_m, total_l;
+  std::vector<float> q_base, q_rot, acc, s, m, l, corr, total_acc, total_m, total_l, k_tile, v_rows;
 };
 
+/// The keys ([head_dim][page_tokens] tile) and values (rows of v_stride floats) of one KV head in one layer
+/// of a page, as f32. f32 pages are read in place; f16 and q8_0 pages are decoded into the scratch buffers
+/// (the first n_keys tokens; later key columns are zero).
+struct PageView {
+  const float* kt;
+  const float* v;
+  size_t v_stride;
+};
+
+PageView view_page(const std::byte* page, const KvLayout& kv, int layer, int kv_head, int n_keys,
+                   TileScratch& scratch) {
+  const int head_dim = kv.head_dim;
+  PageView view;
+  if (kv.k_type == DType::F32) {
+    view.kt = reinterpret_cast<const float*>(page) + kv.k_tile(layer, kv_head);
+  } else {
+    scratch.k_tile.assign(size_t(head_dim) * kv.page_tokens, 0.0f);
+    float row[kMaxHeadDim];
+    const size_t head_offset = row_bytes(kv.k_type, int64_t(kv_head) * head_dim);
+    const std::byte* rows = page + kv.layer_k(layer).offset + head_offset;
+    for (int t = 0; t < n_keys; ++t) {
+      decode_row(kv.k_type, rows + size_t(t) * kv.k_row_bytes(), row, head_dim);
+      for (int d = 0; d < head_dim; ++d) scratch.k_tile[size_t(d) * kv.page_tokens + t] = row[d];
+    }
+    view.kt = scratch.k_tile.data();
+  }
+  if (kv.v_type == DType::F32) {
+    view.v = reinterpret_cast<const float*>(page + kv.layer_v(layer).offset) + size_t(kv_head) * head_dim;
+    view.v_stride = size_t(kv.kv_dim());
+  } else {
+    scratch.v_rows.resize(size_t(head_dim) * kv.page_tokens);
+    const size_t head_offset = row_bytes(kv.v_type, int64_t(kv_head) * head_dim);
+    const std::byte* rows = page + kv.layer_v(layer).offset + head_offset;
+    for (int t = 0; t < n_keys; ++t)
+      decode_row(kv.v_type, rows + size_t(t) * kv.v_row_bytes(), scratch.v_rows.data() + size_t(t) * head_dim,
+                 head_dim);
+    view.v = scratch.v_rows.data();
+    view.v_stride = size_t(head_dim);
+  }
+  return view;
+}
+
 void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const KvLayout& kv,
-              const RopeParams& rope, float scale, float* out) {
+              const PageTable& page_table, const RopeParams& rope, float scale, float* out) {
   const int head_dim = kv.head_dim;
   const int heads_per_kv = n_heads / kv.n_kv_heads;
   const int n_rows = tile.row_end - tile.row_begin;
   const int nq = n_rows * heads_per_kv;  // query vectors in the tile, row-major then head
   const int ld = kv.page_tokens;
   const size_t q_stride = size_t(n_heads) * head_dim;
-  const size_t kv_dim = size_t(kv.kv_dim());
 
   thread_local TileScratch scratch;
   std::vector<float>& q_base = scratch.q_base;
@@ -240,11 +310,10 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
       std::fill(l.begin(), l.end(), 0.0f);
       const int page_end = std::min(seg_pages, (chunk + 1) * kChunkPages);
       for (int t0 = chunk * kChunkPages * kv.page_tokens; t0 < page_end * kv.page_tokens; t0 += kv.page_tokens) {
-        const float* page = seg.pages[t0 / kv.page_tokens];
         int n_keys = std::min(kv.page_tokens, visible_max - t0);
-        const float* kt = page + kv.k_tile(layer, tile.kv_head);
-        const float* v = page + kv.v_offset(layer, 0) + size_t(tile.kv_head) * head_dim;
-        scores_tile(qs, nq, kt, n_keys, ld, head_dim, scale, s.data());
+        const PageView page =
+            view_page(page_table.get(seg.pages[t0 / kv.page_tokens]), kv, layer, tile.kv_head, n_keys, scratch);
+        scores_tile(qs, nq, page.kt, n_keys, ld, head_dim, scale, s.data());
         for (int i = 0; i < nq; ++i) {
           float* si = s.data() + size_t(i) * ld;
           int row = row0 + i / heads_per_kv;
@@ -266,7 +335,7 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
           m[i] = mx;
           corr[i] = c;
         }
-        accumulate_tile(acc.data(), corr.data(), s.data(), nq, ld, v, kv_dim, n_keys, head_dim);
+        accumulate_tile(acc.data(), corr.data(), s.data(), nq, ld, page.v, page.v_stride, n_keys, head_dim);
       }
       if (tile.partial) {  // one chunk: its state goes to the fold in attention()
         std::copy(m.begin(), m.begin() + nq, tile.partial);
@@ -295,7 +364,7 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
 
 }  // namespace
 
-void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& kv,
+void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& kv, const PageTable& pages,
                std::span<const AttentionGroup> groups, const RopeParams& rope, float scale, float* out) {
   assert(kv.head_dim <= kMaxHeadDim);
   assert(n_heads % kv.n_kv_heads == 0);
@@ -307,7 +376,7 @@ void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& 
   const int n_threads = omp_get_max_threads();
   if (n_threads == 1 || int(tiles.size()) >= 2 * n_threads) {
 #pragma omp parallel for schedule(dynamic, 1)
-    for (size_t i = 0; i < tiles.size(); ++i) run_tile(tiles[i], layer, q, n_heads, kv, rope, scale, out);
+    for (size_t i = 0; i < tiles.size(); ++i) run_tile(tiles[i], layer, q, n_heads, kv, pages, rope, scale, out);
     return;
   }
 
@@ -338,7 +407,7 @@ void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& 
   partials.resize(floats);
   for (size_t i = 0; i < parts.size(); ++i) parts[i].partial = partials.data() + offsets[i];
 #pragma omp parallel for schedule(dynamic, 1)
-  for (size_t i = 0; i < parts.size(); ++i) run_tile(parts[i], layer, q, n_heads, kv, rope, scale, out);
+  for (size_t i = 0; i < parts.size(); ++i) run_tile(parts[i], layer, q, n_heads, kv, pages, rope, scale, out);
 
   const size_t q_stride = size_t(n_heads) * head_dim;
   float total_acc[kMaxHeadDim];

@@ -9,7 +9,10 @@
 
 namespace choreo::kernels::cpu {
 
-void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& kv,
+class PageTable;
+
+/// `pages` resolves the page ids of the segments.
+void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& kv, const PageTable& pages,
                std::span<const AttentionGroup> groups, const RopeParams& rope, float scale, float* out);
 
 }  // namespace choreo::kernels::cpu

@@ -1,6 +1,8 @@
 // The CPU implementation of kernels::Backend: matrix products from kernels/cpu/matmul, attention and
 // elementwise ops from their own files. Threads are OpenMP's, sized by set_threads.
 
+#include <cstring>
+
 #include <omp.h>
 
 #include "kernels/backend.h"
@@ -8,6 +10,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/pages.h"
 
 namespace choreo::kernels {
 
@@ -44,11 +47,40 @@ class CpuBackend final : public Backend {
   void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& kv,
                  std::span<const AttentionGroup> groups, const RopeParams& rope, float scale,
                  float* out) override {
-    cpu::attention(layer, q, n_q, n_heads, kv, groups, rope, scale, out);
+    cpu::attention(layer, q, n_q, n_heads, kv, pages_, groups, rope, scale, out);
+  }
+
+  PageId alloc_page(size_t bytes) override { return pages_.allocate(bytes); }
+  void free_page(PageId page) override { pages_.free(page); }
+  void store_kv(const KvLayout& kv, int layer, std::span<const PageId> pages, std::span<const int32_t> slots,
+                const float* k, const float* v) override {
+    const size_t kv_dim = size_t(kv.kv_dim());
+    for (size_t i = 0; i < pages.size(); ++i) {
+      std::byte* page = pages_.get(pages[i]);
+      kv.write_k(page, layer, slots[i], k + i * kv_dim);
+      kv.write_v(page, layer, slots[i], v + i * kv_dim);
+    }
+  }
+  void copy_page(PageId dst, PageId src, ByteRange range) override {
+    pages_.check_range(src, range);
+    pages_.check_range(dst, range);
+    std::memcpy(pages_.get(dst) + range.offset, pages_.get(src) + range.offset, range.bytes);
+  }
+  Completion copy_to_host(PageId src, ByteRange range, void* dst) override {
+    pages_.check_range(src, range);
+    const std::byte* from = pages_.get(src) + range.offset;
+    return copies_.submit([=] { std::memcpy(dst, from, range.bytes); });
+  }
+  Completion copy_from_host(const void* src, PageId dst, ByteRange range) override {
+    pages_.check_range(dst, range);
+    std::byte* to = pages_.get(dst) + range.offset;
+    return copies_.submit([=] { std::memcpy(to, src, range.bytes); });
   }
 
  private:
   int n_threads_ = 1;
+  cpu::PageTable pages_;
+  cpu::CopyWorker copies_;  // declared last: its thread stops (after finishing its jobs) before the pages go
 };
 
 }  // namespace

@@ -121,15 +121,18 @@ std::vector<kernels::KvSegment> Engine::segments_for(Work& w) {
   for (const PlacedView& v : w.views) {
     const kv::Message& m = store_.record(v.message);  // a released parent, while a child is recomputed
     if (v.delta != 0 && repositioning_ == Repositioning::KeyRerotation) {
-      // Reference path: a copy of the parent whose keys are rotated by +delta, attended with delta 0.
+      // Reference path: a copy of the parent whose keys are rotated by +delta, attended with delta 0. The
+      // pages are rotated in host memory and copied back.
       auto copy = std::make_unique<kv::PageList>(store_.pool());
       copy->reserve(v.n_tokens);
       const kernels::KvLayout& kv = store_.pool().layout();
+      std::vector<std::byte> host = m.pages.to_host(copy->pages().size());
       std::vector<float> row(kv.kv_dim());
       const int32_t delta = v.delta;
+      std::vector<const std::byte*> src;
       for (size_t p = 0; p < copy->pages().size(); ++p) {
-        float* page = copy->pages()[p];
-        std::memcpy(page, m.pages.pages()[p], store_.pool().page_bytes());
+        std::byte* page = host.data() + p * kv.page_bytes();
+        src.push_back(page);
         int n_in_page = std::min(kv.page_tokens, v.n_tokens - int(p) * kv.page_tokens);
         for (int l = 0; l < kv.n_layers; ++l)
           for (int slot = 0; slot < n_in_page; ++slot) {
@@ -138,6 +141,7 @@ std::vector<kernels::KvSegment> Engine::segments_for(Work& w) {
             kv.write_k(page, l, slot, row.data());
           }
       }
+      copy->upload(src);
       segs.push_back({copy->pages(), v.n_tokens, 0, -1});
       rerotated_.push_back(std::move(copy));
       continue;
@@ -474,7 +478,15 @@ void Engine::make_resident(kv::Message& m, CallStats* stats) {
       throw;
     }
     const size_t n = std::min(m.pages.pages().size(), copy.n_pages());
-    for (size_t p = 0; p < n; ++p) std::memcpy(m.pages.pages()[p], copy.page(p), store_.pool().page_bytes());
+    std::vector<const std::byte*> src;
+    for (size_t p = 0; p < n; ++p) src.push_back(copy.page(p));
+    try {
+      m.pages.upload(src);
+    } catch (...) {
+      m.pages.clear();
+      m.host = std::move(copy);
+      throw;
+    }
     m.host = std::move(copy);
     ++tier_stats_.t1_hits;
     tier_stats_.t1_load_bytes += n * store_.pool().page_bytes();
@@ -609,24 +621,30 @@ void Engine::offload(kv::Message& m) {
   const size_t bytes = n_pages * pool.page_bytes();
   if (m.host.empty() && !m.released && bytes <= host_.budget_bytes() &&
       (host_.fits(bytes) || make_host_room(bytes, m.id))) {
-    m.host = kv::HostCopy(host_, n_pages, pool.layout().page_floats());
-    for (size_t p = 0; p < n_pages; ++p) std::memcpy(m.host.page(p), m.pages.pages()[p], pool.page_bytes());
+    m.host = kv::HostCopy(host_, n_pages, pool.page_bytes());
+    m.pages.download(n_pages, m.host.page(0));
     ++tier_stats_.t1_offloads;
     tier_stats_.t1_offload_bytes += bytes;
-  } else if (m.host.empty()) {
-    write_back(m, {m.pages.pages().begin(), m.pages.pages().begin() + long(n_pages)});
+  } else if (m.host.empty() && may_write_back(m, bytes)) {
+    const std::vector<std::byte> host = m.pages.to_host(n_pages);
+    std::vector<const std::byte*> pages;
+    for (size_t p = 0; p < n_pages; ++p) pages.push_back(host.data() + p * pool.page_bytes());
+    write_back(m, std::move(pages));
   }
   m.pages.clear();
   ++tier_stats_.t0_evictions;
 }
 
-void Engine::write_back(kv::Message& m, std::vector<const float*> pages) {
+bool Engine::may_write_back(const kv::Message& m, size_t bytes) const {
+  return disk_ && !m.released && !m.on_disk && m.key != 0 && tier_stats_.t2_write_bytes + bytes <= tiers_.disk_bytes;
+}
+
+void Engine::write_back(kv::Message& m, std::vector<const std::byte*> pages) {
   // Write-back to T2: the message's own entry (its ancestors stay in memory, as records at least). An entry
   // the store cannot take (its name held by a directory) leaves the message to be recomputed; a write that
   // fails (a full disk) stops T2 writes for this engine.
   const size_t bytes = pages.size() * store_.pool().page_bytes();
-  if (!disk_ || m.released || m.on_disk || m.key == 0 || tier_stats_.t2_write_bytes + bytes > tiers_.disk_bytes)
-    return;
+  if (!may_write_back(m, bytes)) return;
   try {
     if (save_entry(m.id, 0, std::move(pages))) {
       m.on_disk = true;
@@ -657,7 +675,7 @@ bool Engine::make_host_room(size_t bytes, kv::MessageId keep) {
     if (host_.bytes_in_use() <= target) break;
     kv::Message& m = store_.record(c.id);
     if (!m.resident()) {  // its last copy: down to T2 when it takes it
-      std::vector<const float*> pages;
+      std::vector<const std::byte*> pages;
       for (size_t p = 0; p < m.host.n_pages(); ++p) pages.push_back(m.host.page(p));
       write_back(m, pages);
     }
@@ -718,22 +736,28 @@ store::EntryMeta Engine::entry_meta(const kv::Message& m, uint64_t tag) const {
   return meta;
 }
 
-bool Engine::save_entry(kv::MessageId id, uint64_t tag, std::vector<const float*> pages) {
+bool Engine::save_entry(kv::MessageId id, uint64_t tag, std::vector<const std::byte*> pages) {
   Held held(store_);
   if (pages.empty()) hold(id, held, nullptr);  // its T0 pages, brought back first if need be
   const kv::Message& m = store_.get(id);
   const store::EntryMeta meta = entry_meta(m, tag);
-  if (pages.empty()) pages.assign(m.pages.pages().begin(), m.pages.pages().end());
-  pages.resize(meta.n_pages());  // a decode may hold a spare page beyond its last token
+  std::vector<std::byte> host;
+  if (pages.empty()) {
+    // A decode may hold a spare page beyond its last token: only the entry's pages are written.
+    host = m.pages.to_host(meta.n_pages());
+    for (size_t p = 0; p < meta.n_pages(); ++p) pages.push_back(host.data() + p * meta.page_bytes());
+  }
+  pages.resize(meta.n_pages());
   return disk_->save(meta, pages);
 }
 
 void Engine::share(const kv::Message& m) {
   if (!remote_ || !remote_->usable() || m.key == 0 || !m.resident()) return;
   const store::EntryMeta meta = entry_meta(m, 0);
+  const std::vector<std::byte> host = m.pages.to_host(meta.n_pages());
   std::vector<std::span<const uint8_t>> pages;
   for (size_t i = 0; i < meta.n_pages(); ++i)
-    pages.push_back({reinterpret_cast<const uint8_t*>(m.pages.pages()[i]), meta.page_bytes()});
+    pages.push_back({reinterpret_cast<const uint8_t*>(host.data()) + i * meta.page_bytes(), meta.page_bytes()});
   const std::vector<uint8_t> entry = store::encode_entry(meta, pages);
   if (remote_->put(m.key, entry)) {
     ++tier_stats_.t3_writes;

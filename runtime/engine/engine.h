@@ -131,12 +131,13 @@ class Engine {
   std::optional<kv::EvictionCandidate> candidate(kv::MessageId id, const kv::Message& m) const;
   void offload(kv::Message& m);        // frees m's T0 pages, first copying them to T1 when there is room
   bool make_host_room(size_t bytes, kv::MessageId keep);
-  void write_back(kv::Message& m, std::vector<const float*> pages);  // to T2, when it has room
+  bool may_write_back(const kv::Message& m, size_t bytes) const;
+  void write_back(kv::Message& m, std::vector<const std::byte*> pages);  // to T2, when it has room
   // The persistent store: see persist() and load().
   // `id` and its ancestors the disk store has no usable entry for, parents first.
   std::vector<kv::MessageId> unstored_ancestry(kv::MessageId id);
   // false: the entry's name is unusable. `pages`: where its pages are (default: T0, loaded first if evicted).
-  bool save_entry(kv::MessageId id, uint64_t tag, std::vector<const float*> pages = {});
+  bool save_entry(kv::MessageId id, uint64_t tag, std::vector<const std::byte*> pages = {});
   // Loads parents first (recursively). Parents that load are in memory for the next lookup, and a load stops
   // at its first parent that fails, so the work stays linear in the ancestry even where paths meet.
   std::optional<kv::MessageId> load_stored(uint64_t key, int depth);

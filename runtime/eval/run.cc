@@ -68,7 +68,7 @@ ScoreContext context_of(const Row& row) { return ScoreContext{row.gold, row.all_
 /// Touches the weights and starts the threads on a scratch engine, so the first mode's first rows do not
 /// pay for page faults the later modes never see.
 void warm_up(const model::Model& model, int page_tokens) {
-  kv::PagePool pool(model.kv_layout(page_tokens), size_t(64) << 20);
+  kv::PagePool pool(model.backend(), model.kv_layout(page_tokens), size_t(64) << 20);
   runtime::Engine scratch(model, pool, runtime::Mode::Choreo);
   runtime::PrefillRequest request;
   request.tokens = model.vocab().tokenize("Warm up the weights and the threads, please.", false, true);
@@ -179,7 +179,8 @@ EvalReport run_eval(const dsl::Workflow& workflow, const model::Model& model,
     // One engine per mode for the whole dataset: what every row shares (the static messages) is encoded once
     // per run, and when the pool is full the KV tiers evict what no running row uses (docs/store.md,
     // "Tiers"). Rows run in groups whose calls are batched across rows. No mode sees another's cache.
-    kv::PagePool pool(model.kv_layout(settings.page_tokens), settings.cache_bytes);
+    kv::PagePool pool(model.backend(), model.kv_layout(settings.page_tokens, settings.k_type, settings.v_type),
+                      settings.cache_bytes);
     runtime::Engine engine(model, pool, mode);
     engine.set_tiers(settings.tiers);
     if (settings.store && mode == runtime::Mode::Choreo) engine.set_disk_store(settings.store);

@@ -32,6 +32,8 @@ struct EvalSettings {
   exec::RunArguments shared;                // --param values every row gets
   bool no_leak = false;                     // re-encode parents carrying other agents' private messages
   int page_tokens = 32;                     // KV page size
+  kernels::DType k_type = kernels::DType::F32;  // KV cache types (--cache-type-k / --cache-type-v)
+  kernels::DType v_type = kernels::DType::F32;
   size_t cache_bytes = size_t(4096) << 20;  // page pool (T0) budget per mode
   store::RedisStore* remote = nullptr;     // T3 (choreo mode only); null: none
   kv::TierSettings tiers;                    // T1/T2 budgets and eviction policy (runtime/kv/tiers.h)

@@ -6,8 +6,21 @@
 
 namespace choreo::kv {
 
+namespace {
+
+/// The seed of content keys: the model's fingerprint, and the KV cache types unless both are f32 (the keys
+/// of f32 encodings are those written before other types existed). Encodings in different types are
+/// different content, so a store shared by engines of different types holds both.
+uint64_t seed_of(const kernels::KvLayout& layout, uint64_t model_fingerprint) {
+  if (layout.is_f32()) return model_fingerprint;
+  const uint32_t types[2] = {uint32_t(layout.k_type), uint32_t(layout.v_type)};
+  return XXH3_64bits_withSeed(types, sizeof(types), model_fingerprint);
+}
+
+}  // namespace
+
 MessageStore::MessageStore(PagePool& pool, uint64_t model_fingerprint)
-    : pool_(pool), fingerprint_(model_fingerprint) {}
+    : pool_(pool), fingerprint_(seed_of(pool.layout(), model_fingerprint)) {}
 
 uint64_t MessageStore::content_key(const std::vector<model::Token>& tokens, int start_pos,
                                    const std::vector<PlacedParent>& parents) const {

@@ -94,7 +94,8 @@ class MessageStore {
 
   PagePool& pool() { return pool_; }
   const PagePool& pool() const { return pool_; }
-  uint64_t model_fingerprint() const { return fingerprint_; }
+  /// The seed of content keys (the model fingerprint, mixed with the KV cache types unless f32).
+  uint64_t key_seed() const { return fingerprint_; }
   uint64_t tick() { return ++clock_; }
 
  private:

@@ -1,47 +1,35 @@
 #include "runtime/kv/page_pool.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
-#include <new>
+#include <exception>
 
 #include "common/error.h"
 
 namespace choreo::kv {
 
-PagePool::PagePool(const kernels::KvLayout& layout, size_t budget_bytes)
-    : layout_(layout), budget_bytes_(budget_bytes) {}
-
-PagePool::~PagePool() {
-  for (float* p : all_) std::free(p);
+PagePool::PagePool(kernels::Backend& backend, const kernels::KvLayout& layout, size_t budget_bytes)
+    : backend_(backend), layout_(layout), budget_bytes_(budget_bytes) {
+  layout_.check();
 }
 
-float* PagePool::allocate() {
-  float* page = nullptr;
-  while (free_.empty() && (all_.size() + 1) * page_bytes() > budget_bytes_ && reclaimer_ && reclaimer_()) {
+PagePool::~PagePool() = default;  // every page was released by its PageList
+
+kernels::PageId PagePool::allocate() {
+  while ((in_use_ + 1) * page_bytes() > budget_bytes_ && reclaimer_ && reclaimer_()) {
   }
-  if (!free_.empty()) {
-    page = free_.back();
-    free_.pop_back();
-  } else {
-    if ((all_.size() + 1) * page_bytes() > budget_bytes_) {
-      throw InputError(fmt::format("KV cache budget of {:.1f} MiB exhausted ({} pages of {:.2f} MiB in use)",
-                                   budget_bytes_ / 1048576.0, in_use_, page_bytes() / 1048576.0),
-                       "raise the cache budget (--cache-mib) or shorten the context");
-    }
-    size_t bytes = (page_bytes() + 63) / 64 * 64;
-    page = static_cast<float*>(std::aligned_alloc(64, bytes));
-    if (!page) throw std::bad_alloc();
-    all_.push_back(page);
+  if ((in_use_ + 1) * page_bytes() > budget_bytes_) {
+    throw InputError(fmt::format("KV cache budget of {:.1f} MiB exhausted ({} pages of {:.2f} MiB in use)",
+                                 budget_bytes_ / 1048576.0, in_use_, page_bytes() / 1048576.0),
+                     "raise the cache budget (--cache-mib) or shorten the context");
   }
-  std::memset(page, 0, page_bytes());
+  const kernels::PageId page = backend_.alloc_page(page_bytes());
   ++in_use_;
   peak_in_use_ = std::max(peak_in_use_, in_use_);
   return page;
 }
 
-void PagePool::release(float* page) {
-  free_.push_back(page);
+void PagePool::release(kernels::PageId page) {
+  backend_.free_page(page);
   --in_use_;
 }
 
@@ -64,8 +52,58 @@ void PageList::reserve(int n_tokens) {
   while (pages_.size() < need) pages_.push_back(pool_->allocate());
 }
 
+namespace {
+
+/// Waits for every copy (the buffers they use must outlive them even when one failed), then rethrows the
+/// first failure.
+void wait_all(const std::vector<kernels::Completion>& copies) {
+  std::exception_ptr failure;
+  for (const kernels::Completion& c : copies) {
+    try {
+      c.wait();
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace
+
+void PageList::download(size_t n_pages, std::byte* dst) const {
+  const size_t bytes = pool_->page_bytes();
+  std::vector<kernels::Completion> copies;
+  try {
+    for (size_t p = 0; p < n_pages; ++p)
+      copies.push_back(pool_->backend().copy_to_host(pages_.at(p), {0, bytes}, dst + p * bytes));
+  } catch (...) {
+    wait_all(copies);
+    throw;
+  }
+  wait_all(copies);
+}
+
+std::vector<std::byte> PageList::to_host(size_t n_pages) const {
+  std::vector<std::byte> bytes(n_pages * pool_->page_bytes());
+  download(n_pages, bytes.data());
+  return bytes;
+}
+
+void PageList::upload(std::span<const std::byte* const> src) {
+  const size_t bytes = pool_->page_bytes();
+  std::vector<kernels::Completion> copies;
+  try {
+    for (size_t p = 0; p < src.size(); ++p)
+      copies.push_back(pool_->backend().copy_from_host(src[p], pages_.at(p), {0, bytes}));
+  } catch (...) {
+    wait_all(copies);
+    throw;
+  }
+  wait_all(copies);
+}
+
 void PageList::clear() {
-  for (float* p : pages_) pool_->release(p);
+  for (kernels::PageId p : pages_) pool_->release(p);
   pages_.clear();
 }
 

@@ -1,9 +1,11 @@
 #pragma once
 // Fixed-size KV pages (DESIGN.md §3): each page holds K and V of page_tokens tokens for every layer.
-// The pool bounds memory; the tier-0 budget of the message store is this pool's budget.
+// The pool bounds memory; the tier-0 budget of the message store is this pool's budget. The pages themselves
+// are the backend's (kernels::Backend::alloc_page): the pool holds their ids and keeps the accounting.
 
 #include <cstddef>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -13,34 +15,35 @@ namespace choreo::kv {
 /// Allocates and recycles KV pages of one layout within a byte budget.
 class PagePool {
  public:
-  PagePool(const kernels::KvLayout& layout, size_t budget_bytes);
+  /// Throws InputError when the layout's cache types cannot hold the model's shape (KvLayout::check).
+  PagePool(kernels::Backend& backend, const kernels::KvLayout& layout, size_t budget_bytes);
   ~PagePool();
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
 
   /// A zeroed page. When the budget is spent, asks the reclaimer to free pages first; throws InputError
   /// (context/cache budget exceeded) when there is none or it frees nothing.
-  float* allocate();
+  kernels::PageId allocate();
   /// Called when an allocation would exceed the budget (the engine's tiers evict a message): returns true
   /// after releasing at least one page to this pool, false when nothing can go; may throw its own error.
   void set_reclaimer(std::function<bool()> reclaimer) { reclaimer_ = std::move(reclaimer); }
-  void release(float* page);
+  void release(kernels::PageId page);
 
+  kernels::Backend& backend() const { return backend_; }
   const kernels::KvLayout& layout() const { return layout_; }
-  size_t page_bytes() const { return layout_.page_floats() * sizeof(float); }
+  size_t page_bytes() const { return layout_.page_bytes(); }
   size_t pages_in_use() const { return in_use_; }
   size_t bytes_in_use() const { return in_use_ * page_bytes(); }
   size_t budget_bytes() const { return budget_bytes_; }
   size_t peak_bytes() const { return peak_in_use_ * page_bytes(); }
 
  private:
+  kernels::Backend& backend_;
   kernels::KvLayout layout_;
   size_t budget_bytes_;
   size_t in_use_ = 0;
   size_t peak_in_use_ = 0;
   std::function<bool()> reclaimer_;
-  std::vector<float*> free_;
-  std::vector<float*> all_;
 };
 
 /// The pages of one growing token sequence (a plain KV-cache run, or one message's own tokens).
@@ -55,15 +58,23 @@ class PageList {
 
   /// Makes room for `n_tokens` tokens in total (allocating pages as needed).
   void reserve(int n_tokens);
-  float* page_of(int token) const { return pages_[token / page_tokens()]; }
+  kernels::PageId page_of(int token) const { return pages_[token / page_tokens()]; }
   int slot_of(int token) const { return token % page_tokens(); }
   int page_tokens() const { return pool_->layout().page_tokens; }
-  const std::vector<float*>& pages() const { return pages_; }
+  const std::vector<kernels::PageId>& pages() const { return pages_; }
+  /// Copies the first `n_pages` pages to host memory at `dst` (page_bytes each, consecutive), through the
+  /// backend's asynchronous copies, and waits for them.
+  void download(size_t n_pages, std::byte* dst) const;
+  /// The first n_pages pages as one host buffer.
+  std::vector<std::byte> to_host(size_t n_pages) const;
+  /// Fills page i from host memory src[i] (page_bytes each) and waits; reserve() the pages first.
+  void upload(std::span<const std::byte* const> src);
+  PagePool& pool() const { return *pool_; }
   void clear();
 
  private:
   PagePool* pool_;
-  std::vector<float*> pages_;
+  std::vector<kernels::PageId> pages_;
 };
 
 }  // namespace choreo::kv

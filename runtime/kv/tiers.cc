@@ -19,9 +19,9 @@ EvictionPolicy parse_eviction_policy(std::string_view name) {
   throw InputError(fmt::format("unknown eviction policy '{}'", name), "use lru or workflow");
 }
 
-HostCopy::HostCopy(HostTier& tier, size_t n_pages, size_t page_floats)
-    : tier_(&tier), n_pages_(n_pages), page_floats_(page_floats) {
-  data_.reset(new float[n_pages * page_floats]);
+HostCopy::HostCopy(HostTier& tier, size_t n_pages, size_t page_bytes)
+    : tier_(&tier), n_pages_(n_pages), page_bytes_(page_bytes) {
+  data_.reset(new std::byte[n_pages * page_bytes]);
   tier_->in_use_ += bytes();
   tier_->peak_ = std::max(tier_->peak_, tier_->in_use_);
 }
@@ -32,9 +32,9 @@ HostCopy& HostCopy::operator=(HostCopy&& other) noexcept {
     tier_ = other.tier_;
     data_ = std::move(other.data_);
     n_pages_ = other.n_pages_;
-    page_floats_ = other.page_floats_;
+    page_bytes_ = other.page_bytes_;
     other.tier_ = nullptr;
-    other.n_pages_ = other.page_floats_ = 0;
+    other.n_pages_ = other.page_bytes_ = 0;
   }
   return *this;
 }
@@ -43,7 +43,7 @@ void HostCopy::reset() {
   if (data_ && tier_) tier_->in_use_ -= bytes();
   data_.reset();
   tier_ = nullptr;
-  n_pages_ = page_floats_ = 0;
+  n_pages_ = page_bytes_ = 0;
 }
 
 Retention merged(const Retention& a, const Retention& b) {

@@ -85,8 +85,8 @@ class HostTier {
 class HostCopy {
  public:
   HostCopy() = default;
-  /// `n_pages` pages of `page_floats` floats each.
-  HostCopy(HostTier& tier, size_t n_pages, size_t page_floats);
+  /// `n_pages` pages of `page_bytes` bytes each.
+  HostCopy(HostTier& tier, size_t n_pages, size_t page_bytes);
   ~HostCopy() { reset(); }
   HostCopy(HostCopy&& other) noexcept { *this = std::move(other); }
   HostCopy& operator=(HostCopy&& other) noexcept;
@@ -95,16 +95,16 @@ class HostCopy {
 
   bool empty() const { return !data_; }
   size_t n_pages() const { return n_pages_; }
-  size_t bytes() const { return n_pages_ * page_floats_ * sizeof(float); }
-  float* page(size_t i) { return data_.get() + i * page_floats_; }
-  const float* page(size_t i) const { return data_.get() + i * page_floats_; }
+  size_t bytes() const { return n_pages_ * page_bytes_; }
+  std::byte* page(size_t i) { return data_.get() + i * page_bytes_; }
+  const std::byte* page(size_t i) const { return data_.get() + i * page_bytes_; }
   void reset();
 
  private:
   HostTier* tier_ = nullptr;
-  std::unique_ptr<float[]> data_;
+  std::unique_ptr<std::byte[]> data_;
   size_t n_pages_ = 0;
-  size_t page_floats_ = 0;
+  size_t page_bytes_ = 0;
 };
 
 /// Retention hints a running workflow gives for a message (its `pin`, `priority`, `ttl`, `release`).

@@ -187,7 +187,7 @@ kernels::RopeParams Model::rope_params() const {
   return p;
 }
 
-kernels::KvLayout Model::kv_layout(int page_tokens) const {
+kernels::KvLayout Model::kv_layout(int page_tokens, kernels::DType k_type, kernels::DType v_type) const {
   if (page_tokens < 1 || page_tokens > kernels::kMaxPageTokens)
     throw InputError(fmt::format("{} tokens per KV page; a page holds 1 to {} tokens", page_tokens,
                                  kernels::kMaxPageTokens),
@@ -197,6 +197,9 @@ kernels::KvLayout Model::kv_layout(int page_tokens) const {
   kv.n_layers = config_.n_layers;
   kv.n_kv_heads = config_.n_kv_heads;
   kv.head_dim = config_.head_dim;
+  kv.k_type = k_type;
+  kv.v_type = v_type;
+  kv.check();
   return kv;
 }
 
@@ -206,7 +209,6 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
   const int n = batch.size();
   if (n == 0) return;
   s.reserve(c, n);
-  const int kv_dim = c.n_kv_heads * c.head_dim;
   const kernels::RopeParams rope = rope_params();
   const float scale = 1.0f / std::sqrt(float(c.head_dim));
   const kernels::KvLayout& kv = batch.kv;
@@ -225,11 +227,7 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
     be.matmul(L.wv, s.xb.data(), n, s.v.data());
     be.rope(s.q.data(), n, c.n_heads, c.head_dim, batch.positions.data(), rope);
     be.rope(s.k.data(), n, c.n_kv_heads, c.head_dim, batch.positions.data(), rope);
-    for (int i = 0; i < n; ++i) {
-      float* page = batch.kv_page[i];
-      kv.write_k(page, l, batch.kv_slot[i], &s.k[size_t(i) * kv_dim]);
-      std::memcpy(page + kv.v_offset(l, batch.kv_slot[i]), &s.v[size_t(i) * kv_dim], sizeof(float) * kv_dim);
-    }
+    be.store_kv(kv, l, batch.kv_page, batch.kv_slot, s.k.data(), s.v.data());
     be.attention(l, s.q.data(), n, c.n_heads, kv, groups, rope, scale, s.att.data());
     be.matmul(L.wo, s.att.data(), n, s.xb2.data());
     be.add(s.x.data(), s.xb2.data(), size_t(n) * c.dim);

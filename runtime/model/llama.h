@@ -52,7 +52,7 @@ struct Batch {
   kernels::KvLayout kv;             // layout of the pages below
   std::vector<Token> tokens;
   std::vector<int32_t> positions;
-  std::vector<float*> kv_page;    // per row: the page that receives its K/V
+  std::vector<kernels::PageId> kv_page;  // per row: the page that receives its K/V
   std::vector<int32_t> kv_slot;   // per row: the slot in that page
   struct Group {
     int q_begin = 0, q_end = 0;
@@ -84,7 +84,10 @@ class Model {
   ChatFormat chat_format() const { return chat_format_; }
   kernels::Backend& backend() const { return backend_; }
   kernels::RopeParams rope_params() const;
-  kernels::KvLayout kv_layout(int page_tokens) const;
+  /// The layout of KV pages of `page_tokens` tokens for this model, in the given cache types (checked:
+  /// InputError when a type cannot hold this model's heads).
+  kernels::KvLayout kv_layout(int page_tokens, kernels::DType k_type = kernels::DType::F32,
+                              kernels::DType v_type = kernels::DType::F32) const;
   /// Identity of the weights for content keys: XXH3 of the whole file (computed once, on first use).
   uint64_t fingerprint() const;
 

@@ -31,7 +31,7 @@ void Session::eval(std::span<const Token> tokens, std::vector<float>* last_logit
     const int n = int(std::min<size_t>(max_batch_, tokens.size() - done));
     const int base = n_past();
     batch_.clear();
-    batch_.kv = model_.kv_layout(pages_.page_tokens());
+    batch_.kv = pages_.pool().layout();
     for (int i = 0; i < n; ++i) {
       batch_.tokens.push_back(tokens[done + i]);
       batch_.positions.push_back(base + i);

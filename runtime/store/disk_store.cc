@@ -203,7 +203,7 @@ void DiskStore::report(const std::string& path, std::string_view what) const {
     warn_(fmt::format("store entry {}: {}; ignoring it (it will be re-encoded)", path, what));
 }
 
-bool DiskStore::save(const EntryMeta& meta_in, std::span<const float* const> pages,
+bool DiskStore::save(const EntryMeta& meta_in, std::span<const std::byte* const> pages,
                      const SaveOptions& options) {
   claim();
   EntryMeta meta = meta_in;
@@ -214,7 +214,7 @@ bool DiskStore::save(const EntryMeta& meta_in, std::span<const float* const> pag
                                      pages.size(), meta.tokens.size()));
   std::vector<std::span<const uint8_t>> page_spans;
   std::vector<uint64_t> checksums;
-  for (const float* page : pages) {
+  for (const std::byte* page : pages) {
     page_spans.emplace_back(reinterpret_cast<const uint8_t*>(page), page_bytes);
     checksums.push_back(XXH3_64bits(page, page_bytes));
   }
@@ -284,7 +284,8 @@ EntryProblem compatibility_problem(const EntryMeta& m, uint64_t key, const Compa
   if (m.content_key != key) return EntryProblem::WrongKey;
   if (m.model_fingerprint != expect.model_fingerprint) return EntryProblem::WrongModel;
   if (m.layout.page_tokens != want.page_tokens || m.layout.n_layers != want.n_layers ||
-      m.layout.n_kv_heads != want.n_kv_heads || m.layout.head_dim != want.head_dim)
+      m.layout.n_kv_heads != want.n_kv_heads || m.layout.head_dim != want.head_dim ||
+      m.layout.k_type != want.k_type || m.layout.v_type != want.v_type)
     return EntryProblem::WrongLayout;
   return EntryProblem::Ok;
 }
@@ -296,8 +297,10 @@ std::optional<size_t> copy_checked_pages(std::span<const uint8_t> bytes, const P
     if (!page_intact(bytes, parsed, i)) return i;
   pages.reserve(int(m.tokens.size()));
   const size_t page_bytes = m.page_bytes();
+  std::vector<const std::byte*> src;
   for (size_t i = 0; i < m.n_pages(); ++i)
-    std::memcpy(pages.pages()[i], bytes.data() + parsed.pages_offset + i * page_bytes, page_bytes);
+    src.push_back(reinterpret_cast<const std::byte*>(bytes.data() + parsed.pages_offset + i * page_bytes));
+  pages.upload(src);
   return std::nullopt;
 }
 

@@ -115,7 +115,7 @@ class DiskStore {
   /// with a warning, when the entry's name is held by a directory, which a rename cannot replace (whatever
   /// else sits at the name is replaced: a rename never follows a link). Throws RuntimeFailure on I/O errors
   /// (nothing partial becomes visible), InputError when the directory is not a store and cannot be adopted.
-  bool save(const EntryMeta& meta, std::span<const float* const> pages, const SaveOptions& options = {});
+  bool save(const EntryMeta& meta, std::span<const std::byte* const> pages, const SaveOptions& options = {});
 
   /// True when a regular file sits at the entry's name (its content is not read).
   bool has_file(uint64_t key) const;

@@ -3,6 +3,8 @@
 #include <xxhash.h>
 
 #include <cstring>
+#include <optional>
+#include <utility>
 
 namespace choreo::store {
 
@@ -69,8 +71,28 @@ size_t mac_offset_of(const FixedHeader& h) {
          sizeof(uint64_t);
 }
 
-uint64_t layout_page_bytes(uint64_t page_tokens, uint64_t n_layers, uint64_t n_kv_heads, uint64_t head_dim) {
-  return 2 * n_layers * page_tokens * n_kv_heads * head_dim * sizeof(float);
+/// The cache types a kv_dtype code names, when they are types choreo stores.
+std::optional<std::pair<kernels::DType, kernels::DType>> kv_types_of(uint32_t code) {
+  auto type = [](uint32_t id) -> std::optional<kernels::DType> {
+    for (kernels::DType t : {kernels::DType::F32, kernels::DType::F16, kernels::DType::Q8_0})
+      if (uint32_t(t) == id) return t;
+    return std::nullopt;
+  };
+  const std::optional<kernels::DType> k = type(code & 0xffff), v = type(code >> 16);
+  if (!k || !v) return std::nullopt;
+  return std::pair{*k, *v};
+}
+
+/// Bytes of one page of this shape in these types; nullopt when a type's blocks do not divide a head.
+std::optional<uint64_t> layout_page_bytes(uint64_t page_tokens, uint64_t n_layers, uint64_t n_kv_heads,
+                                          uint64_t head_dim, kernels::DType k_type, kernels::DType v_type) {
+  uint64_t row = 0;
+  for (kernels::DType t : {k_type, v_type}) {
+    const kernels::TypeTraits tr = kernels::type_traits(t);
+    if (head_dim % tr.block_elems != 0) return std::nullopt;
+    row += n_kv_heads * head_dim / tr.block_elems * tr.block_bytes;
+  }
+  return n_layers * page_tokens * row;
 }
 
 }  // namespace
@@ -79,7 +101,11 @@ size_t EntryMeta::n_pages() const {
   return layout.page_tokens > 0 ? layout.pages_for(tokens.size()) : 0;
 }
 
-size_t EntryMeta::page_bytes() const { return layout.page_floats() * sizeof(float); }
+size_t EntryMeta::page_bytes() const { return layout.page_bytes(); }
+
+uint32_t kv_dtype_code(const kernels::KvLayout& layout) {
+  return uint32_t(layout.k_type) | uint32_t(layout.v_type) << 16;
+}
 
 std::string_view describe(EntryProblem problem) {
   switch (problem) {
@@ -136,7 +162,7 @@ std::vector<uint8_t> encode_header(const EntryMeta& meta, std::span<const uint64
   h.visibility = meta.visibility;
   h.agent_bytes = uint32_t(meta.agent.size());
   h.model_name_bytes = uint32_t(meta.model_name.size());
-  h.kv_dtype = meta.kv_dtype;
+  h.kv_dtype = kv_dtype_code(meta.layout);
   h.page_tokens = uint32_t(meta.layout.page_tokens);
   h.n_layers = uint32_t(meta.layout.n_layers);
   h.n_kv_heads = uint32_t(meta.layout.n_kv_heads);
@@ -214,8 +240,10 @@ ParsedEntry parse_entry(std::span<const uint8_t> file) {
   std::memcpy(&stored_checksum, file.data() + before_checksum, sizeof(stored_checksum));
   if (XXH3_64bits(file.data(), before_checksum) != stored_checksum) return fail(EntryProblem::HeaderChecksum);
   // The header is intact from here on: remaining checks are about the rest of the file.
-  if (h.kv_dtype != kKvDTypeF32 ||
-      h.page_bytes != layout_page_bytes(h.page_tokens, h.n_layers, h.n_kv_heads, h.head_dim))
+  const std::optional<std::pair<kernels::DType, kernels::DType>> types = kv_types_of(h.kv_dtype);
+  if (!types) return fail(EntryProblem::Malformed);
+  if (h.page_bytes !=
+      layout_page_bytes(h.page_tokens, h.n_layers, h.n_kv_heads, h.head_dim, types->first, types->second))
     return fail(EntryProblem::Malformed);
   // An unkeyed entry's MAC field is zero, and the padding always is: no header byte goes unchecked.
   const size_t mac_at = before_checksum + sizeof(uint64_t);
@@ -235,7 +263,8 @@ ParsedEntry parse_entry(std::span<const uint8_t> file) {
   m.created_unix_ms = h.created_unix_ms;
   m.start_pos = h.start_pos;
   m.visibility = h.visibility;
-  m.kv_dtype = h.kv_dtype;
+  m.layout.k_type = types->first;
+  m.layout.v_type = types->second;
   m.layout.page_tokens = int(h.page_tokens);
   m.layout.n_layers = int(h.n_layers);
   m.layout.n_kv_heads = int(h.n_kv_heads);

@@ -26,8 +26,9 @@ inline constexpr uint32_t kFormatVersion = 2;
 /// What the MAC field of an entry holds.
 inline constexpr uint32_t kMacNone = 0;        // nothing (zeros): written without a store key
 inline constexpr uint32_t kMacHmacSha256 = 1;  // HMAC-SHA256 of the header before the MAC and of every page
-/// Element type of stored K/V (only fp32 pages exist today).
-inline constexpr uint32_t kKvDTypeF32 = 0;
+/// The header's `kv_dtype` names the cache types of the stored K/V: the K type's ggml id in the low 16 bits,
+/// the V type's in the high 16 (f32 K and V: 0, as every entry written before other types existed).
+uint32_t kv_dtype_code(const kernels::KvLayout& layout);
 
 /// A parent of a stored message: its content key and the logical offset it was placed at.
 struct EntryParent {
@@ -48,8 +49,7 @@ struct EntryMeta {
   std::vector<EntryParent> parents;
   std::string agent;
   uint32_t visibility = 0;  // kv::Visibility as an integer
-  kernels::KvLayout layout;
-  uint32_t kv_dtype = kKvDTypeF32;
+  kernels::KvLayout layout;  // with its cache types
 
   size_t n_pages() const;
   size_t page_bytes() const;

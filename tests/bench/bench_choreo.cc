@@ -65,7 +65,7 @@ void ttft(const model::Model& m, int n_cached) {
               "|---|---:|---:|---:|---:|---:|\n");
   double choreo_first = 0, choreo_same = 0, choreo_second = 0;
   for (Mode mode : {Mode::Choreo, Mode::Prefix, Mode::Naive}) {
-    kv::PagePool pool(m.kv_layout(32), size_t(12) << 30);
+    kv::PagePool pool(m.backend(), m.kv_layout(32), size_t(12) << 30);
     Engine e(m, pool, mode);
     std::vector<Parent> parents = make_parents(e, texts);
     double t0 = now_ms();
@@ -92,7 +92,7 @@ void parallel_decode(const model::Model& m) {
   std::mt19937 rng(7);
   std::printf("\nParallel decode: B messages over one 512-token parent, 64 tokens each, one batched step per token\n");
   std::printf("| B | total tok/s | ms per step | speed-up vs B=1 |\n|---|---:|---:|---:|\n");
-  kv::PagePool pool(m.kv_layout(32), size_t(8) << 30);
+  kv::PagePool pool(m.backend(), m.kv_layout(32), size_t(8) << 30);
   Engine e(m, pool);
   auto parent = e.prefill({random_tokens(m, 512, rng), {}, {}, "", kv::Visibility::Public}).id;
   double base = 0;
@@ -119,7 +119,7 @@ void rotation_overhead(const model::Model& m) {
   std::mt19937 rng(9);
   std::printf("\nQuery-side rotation: 64-token decode over 4 parents of 512 tokens, placed as encoded vs shifted\n");
   std::printf("| placement | tok/s |\n|---|---:|\n");
-  kv::PagePool pool(m.kv_layout(32), size_t(8) << 30);
+  kv::PagePool pool(m.backend(), m.kv_layout(32), size_t(8) << 30);
   Engine e(m, pool);
   std::vector<Parent> parents;
   int pos = e.first_pos();

@@ -156,7 +156,7 @@ ItemResult run_item(const model::Model& m, const BenchOptions& o, const eval::Ro
       dsl::pml::parse_prompt(prompt_text(name, row, n_passages, chat), {name + ".prompt", 1, 1});
 
   // A fresh engine and pool per item: memory stays bounded and no item sees another's encodings.
-  kv::PagePool pool(m.kv_layout(32), o.pool_mib << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(32), o.pool_mib << 20);
   runtime::Engine engine(m, pool);
   double t0 = now_ms();
   runtime::pml::EncodedSchema encoded = runtime::pml::encode_schema(engine, schema);

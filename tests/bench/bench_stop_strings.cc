@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   auto m = model::Model::load(argv[1], *backend);
   std::printf("model %s, %d threads, stop strings that never occur: %zu\n", argv[1], threads, kStops.size());
 
-  kv::PagePool pool(m->kv_layout(32), size_t(1) << 30);
+  kv::PagePool pool(m->backend(), m->kv_layout(32), size_t(1) << 30);
   runtime::Engine engine(*m, pool);
   double plain_ms = 0, stops_ms = 0;
   decode(engine, *m, 16, {}, 1, plain_ms);  // warm-up

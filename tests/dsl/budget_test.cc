@@ -41,7 +41,7 @@ std::optional<InputError> check_error(const std::string& yaml, int64_t max_steps
 
 std::optional<InputError> run_error(const std::string& yaml, int64_t max_steps) {
   const model::Model& m = *testing::stories260k().model;
-  kv::PagePool pool(m.kv_layout(16), size_t(64) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(64) << 20);
   runtime::Engine engine(m, pool, runtime::Mode::Choreo);
   try {
     exec::run_workflow(dsl::parse_workflow(yaml, "w.yaml"), engine, {{}, {}, max_steps});

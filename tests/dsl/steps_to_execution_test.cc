@@ -76,7 +76,7 @@ void check_points(const std::string& file, const dsl::plan::Arguments& arguments
   }
   // The same points as a run saw them.
   const model::Model& m = *testing::stories260k().model;
-  kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(256) << 20);
   runtime::Engine engine(m, pool);
   exec::RunHooks hooks;
   hooks.exact_tokens = [](const std::string&) { return std::optional<int>(2); };
@@ -184,7 +184,7 @@ steps:
   CHECK(owner["w"] == "");
   // The run makes the same message private (the plan follower would stop it otherwise).
   const model::Model& m = *testing::stories260k().model;
-  kv::PagePool pool(m.kv_layout(16), size_t(64) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(64) << 20);
   runtime::Engine engine(m, pool);
   const exec::RunResult r = exec::run_workflow(dsl::parse_workflow(yaml, "a.yaml"), engine, {});
   for (const exec::MessageRecord& rec : r.messages)

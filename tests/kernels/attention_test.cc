@@ -1,5 +1,6 @@
 // Segment attention against a float64 brute-force reference written here from the definition:
-// softmax(q · R(delta) k / sqrt(d)) V over exactly the visible tokens of each segment.
+// softmax(q · R(delta) k / sqrt(d)) V over exactly the visible tokens of each segment. Through the Backend
+// interface (pages allocated, written and read back by it), so it can be run against another backend.
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +11,7 @@
 #include <omp.h>
 
 #include "kernels/backend.h"
-#include "kernels/cpu/attention.h"
+#include "tests/test_models.h"
 
 namespace choreo {
 namespace {
@@ -34,35 +35,43 @@ void rotate64(std::vector<double>& h, double pos, const RopeParams& p) {
   }
 }
 
-struct Fixture {
-  KvLayout kv;
-  std::vector<std::vector<float>> page_store;
-  std::vector<float*> pages;
-};
-
-void run_case(RopeParams::Layout layout, bool with_factors, uint32_t seed) {
+void run_case(RopeParams::Layout layout, bool with_factors, uint32_t seed,
+              kernels::DType k_type = kernels::DType::F32, kernels::DType v_type = kernels::DType::F32) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int n_layers = 2, layer = 1, n_kv_heads = 2, n_heads = 6, head_dim = 16;
-  KvLayout kv{8, n_layers, n_kv_heads, head_dim};
+  const int n_layers = 2, layer = 1, n_kv_heads = 2, n_heads = 6, head_dim = 32;
+  KvLayout kv{8, n_layers, n_kv_heads, head_dim, k_type, v_type};
+  kv.check();
   std::vector<float> factors(head_dim / 2);
   for (auto& f : factors) f = 1.0f + std::abs(normal(rng));
   RopeParams rope{layout, head_dim, 10000.0f, with_factors ? factors.data() : nullptr};
+  kernels::Backend& be = testing::cpu_backend();
 
   // Three segments: two cached messages at arbitrary shifts (incl. negative, overlapping) and the call's own
-  // causal tokens.
+  // causal tokens. Pages are the backend's; every slot of every layer gets random keys and values through
+  // store_kv (in the layout's types), and the reference reads back what the pages hold.
   struct SegSpec { int n_tokens, delta, causal_base; };
   const int n_q = 5;
   std::vector<SegSpec> specs = {{11, 7, -1}, {20, -3, -1}, {9, 40, 4}};  // own: 4 earlier tokens + 5 new
-  std::vector<std::vector<std::vector<float>>> store(specs.size());
-  std::vector<std::vector<float*>> seg_pages(specs.size());
+  std::vector<std::vector<kernels::PageId>> seg_pages(specs.size());
+  std::vector<std::vector<std::vector<std::byte>>> host(specs.size());  // page images, read back
+  std::vector<float> k_rows(size_t(kv.page_tokens) * kv.kv_dim()), v_rows(k_rows.size());
   for (size_t s = 0; s < specs.size(); ++s) {
     int n_pages = (specs[s].n_tokens + kv.page_tokens - 1) / kv.page_tokens;
     for (int p = 0; p < n_pages; ++p) {
-      store[s].emplace_back(kv.page_floats());
-      for (float& x : store[s].back()) x = normal(rng);
+      const kernels::PageId page = be.alloc_page(kv.page_bytes());
+      seg_pages[s].push_back(page);
+      const std::vector<kernels::PageId> ids(kv.page_tokens, page);
+      std::vector<int32_t> slots(kv.page_tokens);
+      for (int t = 0; t < kv.page_tokens; ++t) slots[t] = t;
+      for (int l = 0; l < n_layers; ++l) {
+        for (float& x : k_rows) x = normal(rng);
+        for (float& x : v_rows) x = normal(rng);
+        be.store_kv(kv, l, ids, slots, k_rows.data(), v_rows.data());
+      }
+      host[s].emplace_back(kv.page_bytes());
+      be.copy_to_host(page, {0, kv.page_bytes()}, host[s].back().data()).wait();
     }
-    for (auto& p : store[s]) seg_pages[s].push_back(p.data());
   }
   std::vector<KvSegment> segs;
   for (size_t s = 0; s < specs.size(); ++s)
@@ -72,7 +81,7 @@ void run_case(RopeParams::Layout layout, bool with_factors, uint32_t seed) {
   std::vector<float> q(size_t(n_q) * n_heads * head_dim), out(q.size());
   for (float& x : q) x = normal(rng);
   const float scale = 1.0f / std::sqrt(float(head_dim));
-  kernels::cpu::attention(layer, q.data(), n_q, n_heads, kv, std::span(&group, 1), rope, scale, out.data());
+  be.attention(layer, q.data(), n_q, n_heads, kv, std::span(&group, 1), rope, scale, out.data());
 
   double worst = 0.0;
   for (int j = 0; j < n_q; ++j)
@@ -83,14 +92,15 @@ void run_case(RopeParams::Layout layout, bool with_factors, uint32_t seed) {
       for (size_t s = 0; s < specs.size(); ++s) {
         int visible = specs[s].causal_base >= 0 ? specs[s].causal_base + j + 1 : specs[s].n_tokens;
         for (int t = 0; t < visible; ++t) {
-          const float* page = seg_pages[s][t / kv.page_tokens];
+          const std::byte* page = host[s][t / kv.page_tokens].data();
           int slot = t % kv.page_tokens;
           std::vector<double> k(head_dim), v(head_dim);
-          std::vector<float> k_row(kv.kv_dim());
+          std::vector<float> k_row(kv.kv_dim()), v_row(kv.kv_dim());
           kv.read_k(page, layer, slot, k_row.data());
+          kv.read_v(page, layer, slot, v_row.data());
           for (int d = 0; d < head_dim; ++d) {
             k[d] = k_row[kvh * head_dim + d];
-            v[d] = page[kv.v_offset(layer, slot) + kvh * head_dim + d];
+            v[d] = v_row[kvh * head_dim + d];
           }
           rotate64(k, specs[s].delta, rope);  // the key as if it had been encoded delta positions later
           double dot = 0.0;
@@ -109,6 +119,8 @@ void run_case(RopeParams::Layout layout, bool with_factors, uint32_t seed) {
       }
     }
   CHECK(worst < 1e-4);
+  for (const auto& pages : seg_pages)
+    for (kernels::PageId page : pages) be.free_page(page);
 }
 
 TEST_CASE("segment attention with shifts, gaps, overlaps and a causal own segment equals float64 brute force") {
@@ -120,6 +132,10 @@ TEST_CASE("segment attention with shifts, gaps, overlaps and a causal own segmen
       run_case(RopeParams::Layout::Interleaved, false, seed);
       run_case(RopeParams::Layout::Halves, false, seed);
       run_case(RopeParams::Layout::Interleaved, true, seed);
+      // The cache types: attention over what f16 / q8_0 pages hold, against the same reference.
+      run_case(RopeParams::Layout::Interleaved, false, seed, kernels::DType::F16, kernels::DType::F16);
+      run_case(RopeParams::Layout::Halves, true, seed, kernels::DType::Q8_0, kernels::DType::Q8_0);
+      run_case(RopeParams::Layout::Interleaved, false, seed, kernels::DType::Q8_0, kernels::DType::F16);
     }
   }
   omp_set_num_threads(threads_before);

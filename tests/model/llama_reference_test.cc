@@ -22,7 +22,7 @@ struct Ours {
 };
 
 Ours run_ours(const model::Model& m, const std::string& prompt, int n_predict) {
-  kv::PagePool pool(m.kv_layout(32), size_t(1) << 30);
+  kv::PagePool pool(m.backend(), m.kv_layout(32), size_t(1) << 30);
   model::Session s(m, pool);
   Ours o;
   o.tokens = m.vocab().tokenize(prompt, true, true);
@@ -65,7 +65,7 @@ void compare_with_llama_cpp(const std::string& path, const std::vector<std::stri
     worst = std::max(worst, rel);
     CHECK(rel <= rel_tol);
     // Teacher-forced along llama.cpp's greedy path.
-    kv::PagePool pool(m->kv_layout(32), size_t(1) << 30);
+    kv::PagePool pool(m->backend(), m->kv_layout(32), size_t(1) << 30);
     model::Session s(*m, pool);
     std::vector<float> logits;
     s.eval(ours.tokens, &logits);

@@ -31,7 +31,7 @@ TEST_CASE("logits are the same whether a prompt is evaluated at once, in micro-b
       "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
       "friends. One day, she saw a big red ball under a tree.", true);
   REQUIRE(toks.size() > 40);
-  kv::PagePool pool(m->kv_layout(8), size_t(256) << 20);  // small pages: many page boundaries
+  kv::PagePool pool(m->backend(), m->kv_layout(8), size_t(256) << 20);  // small pages: many page boundaries
 
   std::vector<float> whole, last;
   model::Session a(*m, pool);
@@ -54,7 +54,7 @@ TEST_CASE("logits are the same whether a prompt is evaluated at once, in micro-b
 TEST_CASE("context overflow is an input error, not a crash") {
   auto backend = kernels::make_cpu_backend(1);
   auto m = model::Model::load(testing::shared_file("models/stories260K.gguf"), *backend);
-  kv::PagePool pool(m->kv_layout(32), size_t(256) << 20);
+  kv::PagePool pool(m->backend(), m->kv_layout(32), size_t(256) << 20);
   model::Session s(*m, pool);
   std::vector<model::Token> toks(m->config().n_ctx_train + 1, 1);
   std::vector<float> logits;

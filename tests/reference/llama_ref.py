@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """llama.cpp's answers (via llama-cpp-python) for choreo's differential tests.
 
-Reads JSON from stdin: {"model": path, "prompts": [str], "n_predict": int, "threads": int}
+Reads JSON from stdin: {"model": path, "prompts": [str], "n_predict": int, "threads": int, and optionally
+"type_k", "type_v": the KV cache types as ggml type ids (default 0, f32)}
 Writes JSON to stdout: {"results": [{"tokens": [...], "greedy": [...], "logits_b64": base64 float32 of the
 final prompt position's logits}], "n_vocab": int}
 Tokenisation adds BOS as the vocab says and parses special tokens, like `choreo generate`.
@@ -23,8 +24,10 @@ def main() -> None:
     req = json.load(sys.stdin)
     llm = Llama(model_path=req["model"], n_ctx=req.get("n_ctx", 512), n_batch=512,
                 n_threads=req.get("threads", 2), logits_all=False, verbose=False, seed=0,
-                # fp32 KV (llama.cpp defaults to fp16) so the comparison measures the engines, not cache rounding.
-                type_k=0, type_v=0, flash_attn=False)
+                # fp32 KV by default (llama.cpp defaults to fp16) so the comparison measures the engines, not
+                # cache rounding. A quantised V cache needs llama.cpp's flash attention.
+                type_k=req.get("type_k", 0), type_v=req.get("type_v", 0),
+                flash_attn=req.get("type_v", 0) not in (0, 1))
     results = []
     for prompt in req["prompts"]:
         tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)

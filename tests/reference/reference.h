@@ -106,10 +106,12 @@ class DequantizedModel {
 };
 
 /// Asks llama.cpp for every prompt's tokens, greedy continuation (n_predict tokens) and final logits.
+/// `type_k` / `type_v`: llama.cpp's KV cache types (ggml type ids; f32 by default).
 inline std::vector<ReferenceRun> llama_cpp_reference(const std::string& model, const std::vector<std::string>& prompts,
-                                                     int n_predict) {
+                                                     int n_predict, int type_k = 0, int type_v = 0) {
   ScratchDir dir;
-  const nlohmann::json req = {{"model", model}, {"prompts", prompts}, {"n_predict", n_predict}, {"threads", 2}};
+  const nlohmann::json req = {{"model", model},   {"prompts", prompts}, {"n_predict", n_predict},
+                              {"threads", 2},     {"type_k", type_k},   {"type_v", type_v}};
   std::ofstream(dir.path / "req.json") << req.dump();
   const nlohmann::json out = nlohmann::json::parse(run_reference_script("llama_ref.py", {}, dir.path, dir.path / "req.json"));
   std::vector<ReferenceRun> runs;

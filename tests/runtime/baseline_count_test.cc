@@ -110,7 +110,7 @@ TEST_CASE("prefix baseline: the engine's prefix mode computes the counted number
     std::ifstream in(testing::require_file(std::filesystem::path(src ? src : ".") / "workflows" / c.file));
     std::stringstream text;
     text << in.rdbuf();
-    kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);
+    kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(256) << 20);
     runtime::Engine engine(m, pool, runtime::Mode::Prefix);
     const exec::RunResult r = exec::run_workflow(dsl::parse_workflow(text.str(), c.file), engine, c.arguments);
     int64_t computed = 0;

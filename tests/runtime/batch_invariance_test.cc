@@ -40,7 +40,7 @@ std::vector<std::vector<std::vector<float>>> decode_all(testing::LoadedModel& lm
                                                         const std::vector<int>& which) {
   lm.backend->set_threads(threads);
   const model::Model& m = *lm.model;
-  kv::PagePool pool(m.kv_layout(32), size_t(512) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(32), size_t(512) << 20);
   Engine e(m, pool);
   std::vector<DecodeRequest> batch;
   for (int i : which) {
@@ -96,7 +96,7 @@ TEST_CASE("batch invariance: a prompt evaluated in one pass, in 7-token steps or
   const std::vector<model::Token> prompt = m.vocab().tokenize(long_text(30, "hills"), true);
   REQUIRE(prompt.size() > 8 * 32);  // more than one attention chunk
   auto run = [&](size_t step) {
-    kv::PagePool pool(m.kv_layout(32), size_t(256) << 20);
+    kv::PagePool pool(m.backend(), m.kv_layout(32), size_t(256) << 20);
     model::Session session(m, pool);
     std::vector<float> logits;
     for (size_t i = 0; i < prompt.size(); i += step)
@@ -122,7 +122,7 @@ TEST_CASE("prefix scopes: the prefix baseline reuses only its own scope, so a ca
     r.prefix_scope = scope;
     return e.decode(r);
   };
-  kv::PagePool pool(m.kv_layout(32), size_t(256) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(32), size_t(256) << 20);
   Engine e(m, pool, runtime::Mode::Prefix);
   const uint64_t a = e.new_prefix_scopes(2), b = a + 1;
   CHECK(a > 0);
@@ -132,7 +132,7 @@ TEST_CASE("prefix scopes: the prefix baseline reuses only its own scope, so a ca
   CHECK(same_scope.stats.n_reused > 100);  // the shared text comes from the first call
   CHECK(other_scope.stats.n_reused == 0);  // nothing of scope a is visible to scope b
   // Scope b's call equals the same call on a fresh engine, bit for bit.
-  kv::PagePool fresh_pool(m.kv_layout(32), size_t(256) << 20);
+  kv::PagePool fresh_pool(m.backend(), m.kv_layout(32), size_t(256) << 20);
   Engine fresh(m, fresh_pool, runtime::Mode::Prefix);
   CHECK(bit_identical(other_scope.logits, call(fresh, " The start.", 0).logits));
 }

@@ -20,6 +20,7 @@
 #include "runtime/model/session.h"
 #include "runtime/model/synth.h"
 #include "tests/runtime/reference_model.h"
+#include "tests/runtime/page_edit.h"
 #include "tests/test_models.h"
 #include "tests/scratch_dir.h"
 #include "tests/test_paths.h"
@@ -48,7 +49,7 @@ double max_diff(std::span<const float> a, std::span<const float> b) {
 /// Plain KV-cache run over `prompt`, then feeding `generated`: the logits before each generated token.
 std::vector<std::vector<float>> plain_steps(const model::Model& m, const std::vector<model::Token>& prompt,
                                             const std::vector<model::Token>& generated) {
-  kv::PagePool pool(m.kv_layout(32), size_t(512) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(32), size_t(512) << 20);
   model::Session s(m, pool);
   std::vector<std::vector<float>> steps;
   std::vector<float> logits;
@@ -102,7 +103,7 @@ model::SynthShape llama3_like() {
 /// B over [A], then C over [A, B]; compares every decode step with a plain run on A+B+C. Tolerances are
 /// relative to the plain run's logit range. `tie_tol` (quantised models): see master test below.
 void master_equivalence(const model::Model& m, double rel_tol, double tie_tol) {
-  kv::PagePool pool(m.kv_layout(16), size_t(512) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(512) << 20);
   Engine e(m, pool);
   auto a = text(m, "Once upon a time, there was a little cat named Tom.");
   auto b = text(m, " Tom liked to drink milk and play with a red ball.");
@@ -181,7 +182,7 @@ TEST_CASE("repositioning: encoded at p == encoded at 0 and placed at p by query 
   auto header = text(m, " The dog");
   const int p = 37;
   const int header_at = p + int(msg.size()) + 3;  // the same for every variant: only the parent moves
-  kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(256) << 20);
 
   Engine direct(m, pool);
   auto at_p = direct.prefill({msg, {}, p, "", kv::Visibility::Public}).id;
@@ -209,7 +210,7 @@ TEST_CASE("repositioning: encoded at p == encoded at 0 and placed at p by query 
 
 TEST_CASE("query rotation and key re-rotation give the same scores with BOS, GQA and several shifted parents") {
   const model::Model& m = *stories().model;
-  kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(256) << 20);
   Engine e(m, pool);
   auto a = e.prefill({text(m, "The sun was hot."), {}, {}, "", kv::Visibility::Public}).id;
   auto b = e.prefill({text(m, "Ben had a toy car."), {}, 5, "", kv::Visibility::Public}).id;
@@ -231,7 +232,7 @@ TEST_CASE("reordering, gaps and overlaps equal a float64 brute-force reference, 
   };
   double worst = 0;
   for (int trial = 0; trial < 6; ++trial) {
-    kv::PagePool pool(m.kv_layout(8), size_t(256) << 20);
+    kv::PagePool pool(m.backend(), m.kv_layout(8), size_t(256) << 20);
     Engine e(m, pool);
     const model::Token bos = m.vocab().bos();
     std::vector<testing::ReferenceModel::Encoding> encs;
@@ -297,7 +298,7 @@ TEST_CASE("reordering, gaps and overlaps equal a float64 brute-force reference, 
 
 TEST_CASE("parallel decode of B messages equals B sequential decodes with the same seeds (B = 1..8)") {
   const model::Model& m = *stories().model;
-  kv::PagePool pool(m.kv_layout(16), size_t(512) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(512) << 20);
   Engine e(m, pool);
   auto story = e.prefill({text(m, "Once upon a time, there was a girl named Sue."), {}, {}, "", kv::Visibility::Public}).id;
   const char* headers[] = {" She", " One day", " Sue had", " The sun", " Her mom", " They", " It was", " A bird"};
@@ -322,7 +323,7 @@ TEST_CASE("parallel decode of B messages equals B sequential decodes with the sa
 
 TEST_CASE("deduplication: an identical prefill returns the existing encoding and allocates nothing") {
   const model::Model& m = *stories().model;
-  kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(256) << 20);
   Engine e(m, pool);
   auto toks = text(m, "Tom and Ben played with a big box all day long.");
   auto first = e.prefill({toks, {}, {}, "", kv::Visibility::Public});
@@ -362,7 +363,7 @@ TEST_CASE("deduplication: an identical prefill returns the existing encoding and
 
 TEST_CASE("release returns a message's pages, children keep their encodings, the released id is unknown") {
   const model::Model& m = *stories().model;
-  kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(256) << 20);
   Engine e(m, pool);
   auto a = e.prefill({text(m, "The big red dog ran to the park and played with a ball all day."), {}, {}, "", kv::Visibility::Public}).id;
   auto b = e.prefill({text(m, " Then it slept."), {{a, {}, {}}}, {}, "", kv::Visibility::Public}).id;
@@ -381,7 +382,7 @@ TEST_CASE("release returns a message's pages, children keep their encodings, the
 
 TEST_CASE("isolation: perturbing a non-parent's KV leaves logits bit-identical, perturbing a parent does not") {
   const model::Model& m = *stories().model;
-  kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(256) << 20);
   Engine e(m, pool);
   auto a = e.prefill({text(m, "The cat sat on the mat."), {}, {}, "", kv::Visibility::Public}).id;
   auto other = e.prefill({text(m, "A dog ran in the rain."), {}, {}, "", kv::Visibility::Public}).id;
@@ -390,8 +391,9 @@ TEST_CASE("isolation: perturbing a non-parent's KV leaves logits bit-identical, 
   std::mt19937 rng(7);
   std::normal_distribution<float> noise(0.0f, 3.0f);
   auto perturb = [&](kv::MessageId id) {
-    for (float* page : e.store().get(id).pages.pages())
-      for (size_t i = 0; i < pool.layout().page_floats(); ++i) page[i] += noise(rng);
+    testing::edit_pages(e.store().get(id).pages, [&](float* page, size_t n) {
+      for (size_t i = 0; i < n; ++i) page[i] += noise(rng);
+    });
   };
   perturb(other);
   auto after = decode_logits(e, {{a, {}, {}}}, header);
@@ -403,21 +405,21 @@ TEST_CASE("isolation: perturbing a non-parent's KV leaves logits bit-identical, 
 
 TEST_CASE("visibility is not transitive: a call over [B] sees A only through B's encoding") {
   const model::Model& m = *stories().model;
-  kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(256) << 20);
   Engine e(m, pool);
   auto a = e.prefill({text(m, "Lily had a red ball."), {}, {}, "", kv::Visibility::Public}).id;
   auto b = e.prefill({text(m, " She threw it high."), {{a, {}, {}}}, {}, "", kv::Visibility::Public}).id;
   auto header = text(m, " Then");
   auto via_b = decode_logits(e, {{b, {}, {}}}, header);
   // Perturbing A's stored KV after B was encoded cannot change a call that lists only B.
-  for (float* page : e.store().get(a).pages.pages()) page[7] += 100.0f;
+  testing::edit_pages(e.store().get(a).pages, [](float* page, size_t) { page[7] += 100.0f; });
   auto again = decode_logits(e, {{b, {}, {}}}, header);
   for (size_t i = 0; i < via_b.size(); ++i) CHECK(max_diff(via_b[i], again[i]) == 0.0);
 }
 
 TEST_CASE("bad calls are input errors: unknown parent, negative offset, empty header, context overflow") {
   const model::Model& m = *stories().model;
-  kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(256) << 20);
   Engine e(m, pool);
   auto a = e.prefill({text(m, "Hi."), {}, {}, "", kv::Visibility::Public}).id;
   CHECK_THROWS_AS(e.prefill({text(m, "x"), {{999, {}, {}}}, {}, "", kv::Visibility::Public}), InputError);
@@ -435,7 +437,7 @@ TEST_CASE("baselines: naive and prefix modes generate what a plain run on the co
   const model::Model& m = *stories().model;
   for (runtime::Mode mode : {runtime::Mode::Naive, runtime::Mode::Prefix}) {
     CAPTURE(runtime::mode_name(mode));
-    kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);
+    kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(256) << 20);
     Engine e(m, pool, mode);
     auto a = text(m, "Once upon a time, there was a frog.");
     auto ia = e.prefill({a, {}, {}, "", kv::Visibility::Public}).id;

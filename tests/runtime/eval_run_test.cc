@@ -145,7 +145,7 @@ TEST_CASE(
       const std::string id = fmt::format("r{}", i), mode_text(runtime::mode_name(mode));
       CAPTURE(id);
       CAPTURE(mode_text);
-      kv::PagePool pool(stories().kv_layout(16), size_t(64) << 20);
+      kv::PagePool pool(stories().backend(), stories().kv_layout(16), size_t(64) << 20);
       runtime::Engine engine(stories(), pool, mode);
       const exec::RunResult alone = exec::run_workflow(workflow, engine, {{{"problem", kProblems[i]}}, {}});
       auto it = rows.find({id, mode_text});
@@ -189,7 +189,7 @@ TEST_CASE("eval run: choreo mode reads encodings from a store: same generations,
   int stored_tokens = 0;
   {
     store::DiskStore writer_store(store_dir.string(), /*create=*/true);
-    kv::PagePool pool(stories().kv_layout(16), size_t(64) << 20);
+    kv::PagePool pool(stories().backend(), stories().kv_layout(16), size_t(64) << 20);
     runtime::Engine engine(stories(), pool, runtime::Mode::Choreo);
     engine.set_disk_store(&writer_store, /*persist_prefills=*/true);
     const exec::RunResult saved = exec::run_workflow(workflow, engine, {{{"problem", kProblems[0]}}, {}});

@@ -36,7 +36,7 @@ struct Bench {
   kv::PagePool pool;
   Engine engine;
   explicit Bench(const model::Model& m, runtime::Mode mode = runtime::Mode::Choreo)
-      : pool(m.kv_layout(16), size_t(256) << 20), engine(m, pool, mode) {}
+      : pool(m.backend(), m.kv_layout(16), size_t(256) << 20), engine(m, pool, mode) {}
 };
 
 std::vector<json> run(Engine& e, const std::string& input) {

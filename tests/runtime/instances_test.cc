@@ -67,14 +67,14 @@ TEST_CASE("instances batched together produce what each produces alone, in fewer
     CAPTURE(runtime::mode_name(mode));
     std::vector<exec::RunResult> alone;
     for (const exec::RunArguments& row : rows) {
-      kv::PagePool pool(stories().kv_layout(16), size_t(64) << 20);
+      kv::PagePool pool(stories().backend(), stories().kv_layout(16), size_t(64) << 20);
       runtime::Engine engine(stories(), pool, mode);
       alone.push_back(exec::run_workflow(workflow, engine, row, hooks));
     }
 
     for (int concurrency : {1, 2, 4}) {
       CAPTURE(concurrency);
-      kv::PagePool pool(stories().kv_layout(16), size_t(64) << 20);
+      kv::PagePool pool(stories().backend(), stories().kv_layout(16), size_t(64) << 20);
       runtime::Engine engine(stories(), pool, mode);
       exec::InstancesOptions options;
       options.concurrency = concurrency;
@@ -99,7 +99,7 @@ TEST_CASE("instances batched together produce what each produces alone, in fewer
 
   // With 4 instances in flight, the scheduler merges their calls: 1 static prefill + 2 decodes per instance
   // become 3 engine batches when all four instances move in lockstep.
-  kv::PagePool pool(stories().kv_layout(16), size_t(64) << 20);
+  kv::PagePool pool(stories().backend(), stories().kv_layout(16), size_t(64) << 20);
   runtime::Engine engine(stories(), pool);
   exec::BatchScheduler scheduler(engine);
   std::vector<exec::RunResult> results(rows.size());
@@ -115,7 +115,7 @@ TEST_CASE("an instance's error stops that instance only") {
   const dsl::Workflow workflow = dsl::parse_workflow(kDebate, "debate.yaml");
   std::vector<exec::RunArguments> rows = topics();
   rows[1].inputs["topic"] = "";  // an empty message is an error at run time
-  kv::PagePool pool(stories().kv_layout(16), size_t(64) << 20);
+  kv::PagePool pool(stories().backend(), stories().kv_layout(16), size_t(64) << 20);
   runtime::Engine engine(stories(), pool);
   exec::InstancesOptions options;
   options.concurrency = 4;
@@ -183,7 +183,7 @@ output: "{{ bob_says }}"
 
 std::vector<std::vector<float>> bob_logits(const std::string& plan, bool no_leak, int* reencoded = nullptr) {
   const dsl::Workflow workflow = dsl::parse_workflow(kLeak, "leak.yaml");
-  kv::PagePool pool(stories().kv_layout(16), size_t(64) << 20);
+  kv::PagePool pool(stories().backend(), stories().kv_layout(16), size_t(64) << 20);
   runtime::Engine engine(stories(), pool);
   exec::LeakGuard guard(engine);
   exec::BatchScheduler scheduler(engine, no_leak ? &guard : nullptr);
@@ -222,7 +222,7 @@ TEST_CASE("--no-leak: Alice's private plan cannot change Bob's logits, without i
 }
 
 TEST_CASE("LeakGuard taint: the agents whose private messages an encoding attended to, transitively") {
-  kv::PagePool pool(stories().kv_layout(16), size_t(64) << 20);
+  kv::PagePool pool(stories().backend(), stories().kv_layout(16), size_t(64) << 20);
   runtime::Engine engine(stories(), pool);
   const auto tokens = stories().vocab().tokenize("The cat sat.", false, true);
   auto prefill = [&](std::vector<kv::MessageId> parents, const std::string& agent, bool is_private) {

@@ -55,7 +55,7 @@ TEST_CASE("a PML message: modules encoded once at their positions, a decode over
   text.replace(text.find("{{ dir }}"), 9, dir.string());
   // The workflow lives beside its schema: a pml: path must stay inside the workflow's directory.
   const dsl::Workflow workflow = dsl::parse_workflow(text, (dir / "pml.yaml").string());
-  kv::PagePool pool(model->kv_layout(16), size_t(64) << 20);
+  kv::PagePool pool(model->backend(), model->kv_layout(16), size_t(64) << 20);
   runtime::Engine engine(*model, pool);
   exec::RunHooks hooks;
   hooks.record_logits = [](const std::string& name) { return name == "answer"; };
@@ -78,7 +78,7 @@ TEST_CASE("a PML message: modules encoded once at their positions, a decode over
   REQUIRE(it != r.messages.end());
   const exec::MessageRecord& answer = *it;
   REQUIRE(!answer.logits.empty());
-  kv::PagePool plain_pool(model->kv_layout(16), size_t(64) << 20);
+  kv::PagePool plain_pool(model->backend(), model->kv_layout(16), size_t(64) << 20);
   model::Session session(*model, plain_pool);
   std::vector<float> logits;
   session.eval(prompt, &logits);
@@ -138,7 +138,7 @@ TEST_CASE("PML message errors: a prompt without a schema file, a missing file, a
 
   auto backend = kernels::make_cpu_backend(1);
   auto model = model::Model::load(testing::shared_file("models/stories260K.gguf"), *backend);
-  kv::PagePool pool(model->kv_layout(16), size_t(16) << 20);
+  kv::PagePool pool(model->backend(), model->kv_layout(16), size_t(16) << 20);
   runtime::Engine engine(*model, pool);
   const dsl::Workflow missing = dsl::parse_workflow(head + "{pml: no/such.pml, prompt: \"<prompt schema='s'/>\"}" + tail, "w.yaml");
   CHECK_THROWS_WITH_AS(exec::run_workflow(missing, engine, {}), doctest::Contains("w.yaml:3:"), InputError);

@@ -47,7 +47,7 @@ std::string read_workflow_file(const std::string& name) {
 /// Runs workflow text on a fresh engine (own page pool) in `mode`.
 exec::RunResult run(const model::Model& m, const std::string& text, const exec::RunArguments& arguments = {},
                     Mode mode = Mode::Choreo) {
-  kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(256) << 20);
   runtime::Engine engine(m, pool, mode);
   return exec::run_workflow(dsl::parse_workflow(text, "test.yaml"), engine, arguments);
 }
@@ -85,7 +85,7 @@ std::vector<Token> plain_chat_prompt(const model::Model& m, const std::string& s
 void check_plain_greedy(const model::Model& m, const std::vector<Token>& prompt,
                         const std::vector<Token>& generated, double tie_tol) {
   REQUIRE(!generated.empty());
-  kv::PagePool pool(m.kv_layout(32), size_t(256) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(32), size_t(256) << 20);
   model::Session session(m, pool);
   std::vector<float> logits;
   session.eval(prompt, &logits);

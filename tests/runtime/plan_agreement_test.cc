@@ -133,7 +133,7 @@ TEST_CASE("run and plan agree: every shipped and corpus workflow, three modes, o
         CAPTURE(c.file);
         CAPTURE(int(mode));
         CAPTURE(concurrency);
-        kv::PagePool pool(m.kv_layout(16), size_t(512) << 20);
+        kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(512) << 20);
         runtime::Engine engine(m, pool, mode);
         exec::InstancesOptions options;
         options.concurrency = concurrency;

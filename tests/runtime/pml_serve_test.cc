@@ -44,7 +44,7 @@ Once upon a time, there was a little girl.
 
 TEST_CASE("pml property: modules imported in schema order decode like one pass over the same tokens (stories260K)") {
   const model::Model& m = *stories().model;
-  kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(256) << 20);
   Engine engine(m, pool);
   EncodedSchema enc = encode_schema(engine, dsl::pml::parse_schema(kSchema, "tale.pml"));
   const int n_schema_tokens = enc.n_computed;
@@ -64,7 +64,7 @@ TEST_CASE("pml property: modules imported in schema order decode like one pass o
     flat.push_back(positioned[i].second);
   }
   REQUIRE(r.decode.generated.size() == 20);
-  kv::PagePool plain_pool(m.kv_layout(32), size_t(256) << 20);
+  kv::PagePool plain_pool(m.backend(), m.kv_layout(32), size_t(256) << 20);
   model::Session session(m, plain_pool);
   std::vector<float> logits;
   session.eval(flat, &logits);
@@ -97,7 +97,7 @@ TEST_CASE("pml property: modules imported in schema order decode like one pass o
 TEST_CASE("pml serve: arguments fill parameter slots at their positions, cache=false modules are encoded per "
           "request") {
   const model::Model& m = *stories().model;
-  kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(256) << 20);
   Engine engine(m, pool);
   EncodedSchema enc = encode_schema(engine, dsl::pml::parse_schema(R"(<schema name="s">
 Once upon a time.
@@ -139,7 +139,7 @@ Once upon a time.
 
 TEST_CASE("pml serve: sampled generation is reproducible from its seed and a prompt of imports only works") {
   const model::Model& m = *stories().model;
-  kv::PagePool pool(m.kv_layout(16), size_t(256) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(256) << 20);
   Engine engine(m, pool);
   EncodedSchema enc = encode_schema(engine, dsl::pml::parse_schema(kSchema, "tale.pml"));
   ServeOptions options;

@@ -31,7 +31,7 @@ TEST_CASE("profile: choreo decodes are forced to the baseline's token counts, st
   auto backend = kernels::make_cpu_backend(2);
   auto model = model::Model::load(testing::shared_file("models/stories260K.gguf"), *backend);
   const dsl::Workflow workflow = dsl::parse_workflow(kRounds, "rounds.yaml");
-  kv::PagePool pool_b(model->kv_layout(16), size_t(64) << 20), pool_c(model->kv_layout(16), size_t(64) << 20);
+  kv::PagePool pool_b(model->backend(), model->kv_layout(16), size_t(64) << 20), pool_c(model->backend(), model->kv_layout(16), size_t(64) << 20);
   runtime::Engine baseline(*model, pool_b, runtime::Mode::Prefix), choreo(*model, pool_c, runtime::Mode::Choreo);
   const exec::ProfiledInstance p =
       exec::profile_instance(workflow, baseline, choreo, {{{"topic", "Lily had a red ball."}}, {}});

@@ -9,7 +9,7 @@
 TEST_CASE("public API: the example in include/choreo/choreo.h runs as written") {
   auto backend = choreo::kernels::make_cpu_backend(2);
   auto model = choreo::model::Model::load(choreo::testing::shared_file("models/stories260K.gguf"), *backend);
-  choreo::kv::PagePool pool(model->kv_layout(32), size_t(256) << 20);
+  choreo::kv::PagePool pool(model->backend(), model->kv_layout(32), size_t(256) << 20);
   choreo::runtime::Engine engine(*model, pool);
   auto sys = engine.prefill({model->vocab().tokenize("Once upon a time", false)});
   REQUIRE(model->vocab().find(",") >= 0);

@@ -161,7 +161,7 @@ TEST_CASE("random workflows: run follows its plan, and the leaks check predicts 
     CAPTURE(g.yaml);
     const dsl::Workflow workflow = dsl::parse_workflow(g.yaml, "random.yaml");
     const dsl::plan::Plan plan = dsl::plan::compile(workflow, {});
-    kv::PagePool pool(m.kv_layout(16), size_t(128) << 20);
+    kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(128) << 20);
     runtime::Engine engine(m, pool, trial % 7 == 3 ? runtime::Mode::Prefix : runtime::Mode::Choreo);
     exec::RunHooks hooks;
     hooks.exact_tokens = [&](const std::string& name) { return std::optional<int>(1 + int(name.size() % 3)); };

@@ -31,6 +31,7 @@
 #include "runtime/store/redis_store.h"
 #include "tests/cli_process.h"
 #include "tests/runtime/bits.h"
+#include "tests/runtime/page_edit.h"
 #include "tests/runtime/workflow_cases.h"
 #include "tests/scratch_dir.h"
 #include "tests/test_models.h"
@@ -202,7 +203,7 @@ TEST_CASE("redis T3: a server that dies mid-run is a warning, and the run recomp
   const model::Model& m = *testing::stories260k().model;
   std::vector<std::vector<std::vector<float>>> want;
   {
-    kv::PagePool pool(m.kv_layout(16), size_t(64) << 20);
+    kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(64) << 20);
     runtime::Engine e(m, pool);
     want = calls(e);
   }
@@ -210,7 +211,7 @@ TEST_CASE("redis T3: a server that dies mid-run is a warning, and the run recomp
   std::vector<std::string> warnings;
   store::RedisStore redis({"127.0.0.1", server.port(), kPassword},
                           [&](const std::string& w) { warnings.push_back(w); });
-  kv::PagePool pool(m.kv_layout(16), size_t(64) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(64) << 20);
   runtime::Engine e(m, pool);
   e.set_remote_store(&redis);
   const auto got = calls(e, [&] { server.kill(); });
@@ -232,25 +233,25 @@ TEST_CASE("redis T3: a value corrupted in Redis is detected by its checksums and
   uint64_t key = 0;
   std::vector<float> want;
   {
-    kv::PagePool pool(m.kv_layout(16), size_t(64) << 20);
+    kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(64) << 20);
     runtime::Engine e(m, pool);
     e.set_remote_store(&redis);
     const kv::Message& a = e.store().get(e.prefill({tokens, {}}).id);
     key = a.key;
-    want.assign(a.pages.pages()[0], a.pages.pages()[0] + pool.layout().page_floats());
+    want = testing::page_floats(a.pages, 1);
   }
   std::optional<std::vector<uint8_t>> value = redis.get(key);
   REQUIRE(value);
   (*value)[value->size() - 8] ^= 0x5a;  // a byte of the last page
   REQUIRE(redis.put(key, *value));
-  kv::PagePool pool(m.kv_layout(16), size_t(64) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(64) << 20);
   runtime::Engine e(m, pool);
   e.set_remote_store(&redis);
   const runtime::PrefillResult r = e.prefill({tokens, {}});
   CHECK(r.stats.n_computed == int(tokens.size()));
   CHECK(e.tier_stats().t3_bad == 1);
   const kv::Message& a = e.store().get(r.id);
-  CHECK(testing::bit_identical(want, std::vector<float>(a.pages.pages()[0], a.pages.pages()[0] + pool.layout().page_floats())));
+  CHECK(testing::bit_identical(want, testing::page_floats(a.pages, 1)));
   REQUIRE(warnings.size() == 1);
   CHECK(warnings[0].find("checksum") != std::string::npos);
 }

@@ -190,7 +190,7 @@ TEST_CASE(
 
 TEST_CASE("a decode stops at the token that completes a stop string, and its text ends before the string") {
   const model::Model& m = *testing::stories260k().model;
-  kv::PagePool pool(m.kv_layout(16), size_t(64) << 20);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(64) << 20);
   runtime::Engine e(m, pool);
   const auto story = e.prefill({m.vocab().tokenize("Once upon a time, there was a little dog.", false)}).id;
   runtime::DecodeRequest d;

@@ -20,6 +20,7 @@
 #include "runtime/kv/page_pool.h"
 #include "runtime/store/disk_store.h"
 #include "tests/runtime/store_test_util.h"
+#include "tests/test_models.h"
 
 namespace choreo {
 namespace {
@@ -41,16 +42,18 @@ store::Compatibility compat(const kernels::KvLayout& layout = testing::small_lay
 bool holds(DiskStore& disk, const SyntheticEntry& e) {
   std::optional<store::MappedEntry> m = disk.open(e.meta.content_key, compat(e.meta.layout));
   if (!m || m->meta().tokens != e.meta.tokens || m->meta().parents != e.meta.parents) return false;
-  kv::PagePool pool(e.meta.layout, size_t(64) << 20);
+  kv::PagePool pool(testing::cpu_backend(), e.meta.layout, size_t(64) << 20);
   kv::PageList pages(pool);
   if (!disk.read_pages(*m, pages)) return false;
+  const std::vector<std::byte> host = pages.to_host(e.pages.size());
   for (size_t i = 0; i < e.pages.size(); ++i)
-    if (std::memcmp(pages.pages()[i], e.pages[i].data(), e.meta.page_bytes()) != 0) return false;
+    if (std::memcmp(host.data() + i * e.meta.page_bytes(), e.pages[i].data(), e.meta.page_bytes()) != 0)
+      return false;
   return true;
 }
 
 void save(DiskStore& disk, const SyntheticEntry& e, const store::SaveOptions& options = {}) {
-  std::vector<const float*> p = e.page_pointers();
+  std::vector<const std::byte*> p = e.page_pointers();
   disk.save(e.meta, p, options);
 }
 
@@ -117,7 +120,7 @@ TEST_CASE(
     }
     std::optional<store::MappedEntry> m = disk.open(0x51ull, compat());
     REQUIRE(m);  // the header is intact; the page is caught when copied
-    kv::PagePool pool(testing::small_layout(), size_t(1) << 20);
+    kv::PagePool pool(testing::cpu_backend(), testing::small_layout(), size_t(1) << 20);
     kv::PageList pages(pool);
     CHECK(!disk.read_pages(*m, pages));
     CHECK(!disk.read_pages(*m, pages));

@@ -42,7 +42,7 @@ constexpr int kPageTokens = 8;  // small pages: every message spans several
 
 /// The workload: A, then B encoded over A, then a greedy decode over [A, B]. Returns every step's logits.
 struct Run {
-  kv::PagePool pool{stories().model->kv_layout(kPageTokens), size_t(256) << 20};
+  kv::PagePool pool{stories().model->backend(), stories().model->kv_layout(kPageTokens), size_t(256) << 20};
   Engine engine{*stories().model, pool};
   runtime::PrefillResult a, b;
   std::vector<std::vector<float>> logits;
@@ -112,7 +112,7 @@ TEST_CASE(
     CHECK(w.lines.empty());
   }
   SUBCASE("load by key alone brings the parents in first") {
-    kv::PagePool pool(stories().model->kv_layout(kPageTokens), size_t(256) << 20);
+    kv::PagePool pool(stories().model->backend(), stories().model->kv_layout(kPageTokens), size_t(256) << 20);
     Engine e(*stories().model, pool);
     e.set_disk_store(&disk);
     std::optional<kv::MessageId> b = e.load(key_b);
@@ -155,10 +155,10 @@ TEST_CASE(
     REQUIRE(m);
     store::EntryMeta meta = m->meta();
     meta.model_fingerprint ^= 0x1;
-    std::vector<const float*> pages;
+    std::vector<const std::byte*> pages;
     for (size_t i = 0; i < meta.n_pages(); ++i)
-      pages.push_back(reinterpret_cast<const float*>(m->file.bytes().data() + m->parsed.pages_offset +
-                                                     i * meta.page_bytes()));
+      pages.push_back(reinterpret_cast<const std::byte*>(m->file.bytes().data() + m->parsed.pages_offset +
+                                                         i * meta.page_bytes()));
     disk.save(meta, pages);
     Run reader(&disk);
     CHECK(reader.a.loaded);
@@ -177,7 +177,7 @@ TEST_CASE(
     CHECK(w.lines[0].find("truncated") != std::string::npos);
   }
   SUBCASE("an engine with another page size ignores entries of this layout") {
-    kv::PagePool pool(stories().model->kv_layout(kPageTokens * 2), size_t(256) << 20);
+    kv::PagePool pool(stories().model->backend(), stories().model->kv_layout(kPageTokens * 2), size_t(256) << 20);
     Engine e(*stories().model, pool);
     e.set_disk_store(&disk);
     runtime::PrefillResult a = e.prefill(
@@ -194,7 +194,7 @@ TEST_CASE(
     "the store lacks") {
   testing::ScratchDir dir;
   store::DiskStore disk(dir.str());
-  kv::PagePool pool(stories().model->kv_layout(kPageTokens), size_t(64) << 20);
+  kv::PagePool pool(stories().model->backend(), stories().model->kv_layout(kPageTokens), size_t(64) << 20);
   Engine e(*stories().model, pool);
   e.set_disk_store(&disk);
   const kv::MessageId a = e.prefill({text("The dog ran."), {}, {}, "", {}}).id;
@@ -209,7 +209,7 @@ TEST_CASE(
   REQUIRE(disk.remove(e.store().get(b).key));
   e.persist(d);
   CHECK(disk.entries_written() == 7);  // B (gone) and D
-  kv::PagePool pool2(stories().model->kv_layout(kPageTokens), size_t(64) << 20);
+  kv::PagePool pool2(stories().model->backend(), stories().model->kv_layout(kPageTokens), size_t(64) << 20);
   Engine reader(*stories().model, pool2);
   reader.set_disk_store(&disk);
   CHECK(reader.load(e.store().get(d).key).has_value());
@@ -219,7 +219,7 @@ TEST_CASE("store + engine: persist_prefills saves every computed prefill, withou
   testing::ScratchDir dir;
   store::DiskStore disk(dir.str());
   {
-    kv::PagePool pool(stories().model->kv_layout(kPageTokens), size_t(64) << 20);
+    kv::PagePool pool(stories().model->backend(), stories().model->kv_layout(kPageTokens), size_t(64) << 20);
     Engine e(*stories().model, pool);
     e.set_disk_store(&disk, true);
     runtime::PrefillResult a = e.prefill({text("The dog ran."), {}, {}, "", {}});
@@ -228,7 +228,7 @@ TEST_CASE("store + engine: persist_prefills saves every computed prefill, withou
     CHECK_THROWS_AS(e.persist(kv::MessageId(9999)), InputError);
     (void)b;
   }
-  kv::PagePool pool(stories().model->kv_layout(kPageTokens), size_t(64) << 20);
+  kv::PagePool pool(stories().model->backend(), stories().model->kv_layout(kPageTokens), size_t(64) << 20);
   Engine plain(*stories().model, pool);  // no store set: computes as always
   runtime::PrefillResult a = plain.prefill({text("The dog ran."), {}, {}, "", {}});
   CHECK(!a.loaded);

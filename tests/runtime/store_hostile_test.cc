@@ -292,7 +292,7 @@ TEST_SUITE("hostile") {
     model::Model& model = *testing::stories260k().model;
     ScratchDir scratch;
     store::DiskStore disk(scratch.str(), true, [](const std::string&) {});
-    kv::PagePool pool(model.kv_layout(4), size_t(64) << 20);
+    kv::PagePool pool(model.backend(), model.kv_layout(4), size_t(64) << 20);
     runtime::Engine engine(model, pool);
     engine.set_disk_store(&disk);
     // Level 0 is one message; each level after it two messages, each over both of the level before (placed
@@ -346,7 +346,7 @@ TEST_SUITE("hostile") {
       if (de.path().extension() == ".ckv") fs::remove(de.path());
     engine.persist(top);
     CHECK(entry_names(scratch.path).size() == n_messages);
-    kv::PagePool pool2(model.kv_layout(4), size_t(64) << 20);
+    kv::PagePool pool2(model.backend(), model.kv_layout(4), size_t(64) << 20);
     runtime::Engine reader(model, pool2);
     reader.set_disk_store(&disk);
     CHECK(reader.load(engine.store().get(top).key).has_value());

@@ -217,7 +217,7 @@ std::pair<std::vector<model::Token>, std::vector<model::Token>> twin_texts() {
 /// Prefills the twin messages in an engine that persists every prefill to `disk`; returns their keys.
 std::pair<uint64_t, uint64_t> write_twins(store::DiskStore& disk, const std::vector<model::Token>& x,
                                           const std::vector<model::Token>& y) {
-  kv::PagePool pool(testing::stories260k().model->kv_layout(kPageTokens), size_t(64) << 20);
+  kv::PagePool pool(testing::stories260k().model->backend(), testing::stories260k().model->kv_layout(kPageTokens), size_t(64) << 20);
   runtime::Engine writer(*testing::stories260k().model, pool);
   writer.set_disk_store(&disk, /*persist_prefills=*/true);
   const uint64_t key_x = writer.store().get(writer.prefill({x, {}, {}, "", {}}).id).key;
@@ -231,7 +231,7 @@ struct Decoded {
   std::vector<std::vector<float>> logits;
 };
 Decoded decode_over(const std::vector<model::Token>& tokens, store::DiskStore* disk) {
-  kv::PagePool pool(testing::stories260k().model->kv_layout(kPageTokens), size_t(64) << 20);
+  kv::PagePool pool(testing::stories260k().model->backend(), testing::stories260k().model->kv_layout(kPageTokens), size_t(64) << 20);
   runtime::Engine engine(*testing::stories260k().model, pool);
   if (disk) engine.set_disk_store(disk);
   runtime::PrefillResult p = engine.prefill({tokens, {}, {}, "", {}});

@@ -67,9 +67,9 @@ struct ScopedEnv {
 struct SyntheticEntry {
   store::EntryMeta meta;
   std::vector<std::vector<float>> pages;
-  std::vector<const float*> page_pointers() const {
-    std::vector<const float*> p;
-    for (const auto& page : pages) p.push_back(page.data());
+  std::vector<const std::byte*> page_pointers() const {
+    std::vector<const std::byte*> p;
+    for (const auto& page : pages) p.push_back(reinterpret_cast<const std::byte*>(page.data()));
     return p;
   }
 };
@@ -97,7 +97,7 @@ inline SyntheticEntry synthetic_entry(uint64_t key, int n_tokens, uint64_t finge
   std::mt19937_64 rng(key);
   for (int i = 0; i < n_tokens; ++i) e.meta.tokens.push_back(int(rng() % 1000));
   for (size_t p = 0; p < e.meta.n_pages(); ++p) {
-    std::vector<float> page(layout.page_floats());
+    std::vector<float> page(layout.page_bytes() / sizeof(float));
     for (float& x : page) x = float(int64_t(rng() % 2000001) - 1000000) / 1000.0f;
     e.pages.push_back(std::move(page));
   }

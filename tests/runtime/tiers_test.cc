@@ -25,6 +25,7 @@
 #include "runtime/store/disk_store.h"
 #include "tests/scratch_dir.h"
 #include "tests/runtime/bits.h"
+#include "tests/runtime/page_edit.h"
 #include "tests/test_models.h"
 
 namespace choreo {
@@ -50,7 +51,7 @@ struct Outcome {
 /// read again rounds after they were written, so that a small T0 has to evict and bring back.
 Outcome scenario(size_t t0_bytes, const kv::TierSettings& tiers, const std::string& disk_dir = {}) {
   const model::Model& m = *testing::stories260k().model;
-  kv::PagePool pool(m.kv_layout(16), t0_bytes);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), t0_bytes);
   std::unique_ptr<store::DiskStore> disk;
   Engine e(m, pool);
   if (!disk_dir.empty()) {
@@ -102,13 +103,8 @@ Outcome scenario(size_t t0_bytes, const kv::TierSettings& tiers, const std::stri
     if (!msg.complete()) continue;
     e.prefetch(id);
     const kv::Message& now = e.store().get(id);
-    std::vector<float> bytes;
     const size_t n_pages = (now.tokens.size() + 15) / 16;
-    for (size_t p = 0; p < n_pages; ++p) {
-      const float* page = now.pages.pages()[p];
-      bytes.insert(bytes.end(), page, page + pool.layout().page_floats());
-    }
-    out.pages.push_back(std::move(bytes));
+    out.pages.push_back(testing::page_floats(now.pages, n_pages));
   }
   out.stats = e.tier_stats();
   out.t0_budget = pool.budget_bytes();
@@ -136,7 +132,7 @@ void check_same(const Outcome& ref, const Outcome& got) {
 TEST_CASE("tiers: tokens, logits and pages are bit-identical whatever the budgets and the policy") {
   const Outcome ref = scenario(size_t(64) << 20, {});
   CHECK(ref.stats.t0_evictions == 0);
-  const size_t page = testing::stories260k().model->kv_layout(16).page_floats() * sizeof(float);
+  const size_t page = testing::stories260k().model->kv_layout(16).page_bytes();
   const size_t peak_pages = ref.t0_peak / page;
   MESSAGE("the scenario holds " << peak_pages << " pages at its peak");
   REQUIRE(peak_pages >= 16);
@@ -167,7 +163,7 @@ TEST_CASE("tiers: tokens, logits and pages are bit-identical whatever the budget
 
 TEST_CASE("tiers: T2 (the persistent store) takes what T1 has no room for, and gives back the same bits") {
   const Outcome ref = scenario(size_t(64) << 20, {});
-  const size_t page = testing::stories260k().model->kv_layout(16).page_floats() * sizeof(float);
+  const size_t page = testing::stories260k().model->kv_layout(16).page_bytes();
   const size_t peak_pages = ref.t0_peak / page;
   for (size_t t1_pages : {size_t(0), peak_pages / 4}) {
     CAPTURE(t1_pages);
@@ -185,7 +181,7 @@ TEST_CASE("tiers: T2 (the persistent store) takes what T1 has no room for, and g
 
 TEST_CASE("tiers: a T2 entry corrupted on disk is detected by its checksum and recomputed") {
   const model::Model& m = *testing::stories260k().model;
-  const size_t page = m.kv_layout(16).page_floats() * sizeof(float);
+  const size_t page = m.kv_layout(16).page_bytes();
   const PrefillRequest first{text(m, "Once upon a time there was a little girl named Lily who loved the sea and the sun."), {}};
   DecodeRequest r;
   r.header = text(m, " She");
@@ -193,14 +189,14 @@ TEST_CASE("tiers: a T2 entry corrupted on disk is detected by its checksum and r
   r.record_logits = true;
   std::vector<std::vector<float>> want;
   {
-    kv::PagePool pool(m.kv_layout(16), size_t(64) << 20);
+    kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(64) << 20);
     Engine e(m, pool);
     r.parents = {{e.prefill(first).id}};
     want = e.decode(r).logits;
   }
   testing::ScratchDir dir;
   store::DiskStore disk(dir.str());
-  kv::PagePool pool(m.kv_layout(16), 8 * page);
+  kv::PagePool pool(m.backend(), m.kv_layout(16), 8 * page);
   Engine e(m, pool);
   e.set_disk_store(&disk);
   e.set_tiers({0, kv::EvictionPolicy::Lru, size_t(64) << 20});
@@ -231,10 +227,10 @@ TEST_CASE("tiers: a T2 entry corrupted on disk is detected by its checksum and r
 
 TEST_CASE("tiers: a call's metrics count the parent tokens loaded back and recomputed") {
   const model::Model& m = *testing::stories260k().model;
-  const size_t page = m.kv_layout(16).page_floats() * sizeof(float);
+  const size_t page = m.kv_layout(16).page_bytes();
   for (size_t t1_pages : {size_t(0), size_t(100)}) {
     CAPTURE(t1_pages);
-    kv::PagePool pool(m.kv_layout(16), 8 * page);
+    kv::PagePool pool(m.backend(), m.kv_layout(16), 8 * page);
     Engine e(m, pool);
     e.set_tiers({t1_pages * page, kv::EvictionPolicy::Lru});
     const PrefillRequest first{text(m, "Once upon a time there was a little girl named Lily who loved the sea and the sun."), {}};
@@ -264,21 +260,19 @@ TEST_CASE("tiers: a call's metrics count the parent tokens loaded back and recom
 
 TEST_CASE("tiers: a prefill batch larger than T0 runs in parts, with the encodings of one batch") {
   const model::Model& m = *testing::stories260k().model;
-  const size_t page = m.kv_layout(16).page_floats() * sizeof(float);
+  const size_t page = m.kv_layout(16).page_bytes();
   std::vector<PrefillRequest> batch;
   for (int i = 0; i < 10; ++i)
     batch.push_back({text(m, fmt::format("Story {}: once upon a time a little dog named Max ran to the park "
                                          "and played with a red ball in the sun all day long.", i)), {}});
   auto pages_of = [&](size_t t0_bytes) {
-    kv::PagePool pool(m.kv_layout(16), t0_bytes);
+    kv::PagePool pool(m.backend(), m.kv_layout(16), t0_bytes);
     Engine e(m, pool);
     std::vector<std::vector<float>> out;
     for (const runtime::PrefillResult& r : e.prefill_batch(batch)) {
       e.prefetch(r.id);
       const kv::Message& msg = e.store().get(r.id);
-      std::vector<float> bytes;
-      for (float* p : msg.pages.pages()) bytes.insert(bytes.end(), p, p + pool.layout().page_floats());
-      out.push_back(std::move(bytes));
+      out.push_back(testing::page_floats(msg.pages));
     }
     return out;
   };
@@ -290,8 +284,8 @@ TEST_CASE("tiers: a prefill batch larger than T0 runs in parts, with the encodin
 
 TEST_CASE("tiers: a working set that cannot fit in T0 is an InputError naming the budget") {
   const model::Model& m = *testing::stories260k().model;
-  const size_t page = m.kv_layout(16).page_floats() * sizeof(float);
-  kv::PagePool pool(m.kv_layout(16), 6 * page);
+  const size_t page = m.kv_layout(16).page_bytes();
+  kv::PagePool pool(m.backend(), m.kv_layout(16), 6 * page);
   Engine e(m, pool);
   const kv::MessageId a = e.prefill({text(m, "Once upon a time there was a little girl named Lily who loved the sea."), {}}).id;
   const kv::MessageId b = e.prefill({text(m, "She had a red ball and a big dog called Max who liked to run and jump."), {}}).id;
@@ -361,8 +355,8 @@ kv::MessageId filler(Engine& e, int i) {
 
 TEST_CASE("tiers: workflow hints: a pinned message stays, the lower priority goes first, released and expired go first") {
   const model::Model& m = *testing::stories260k().model;
-  const size_t page = m.kv_layout(16).page_floats() * sizeof(float);
-  kv::PagePool pool(m.kv_layout(16), 8 * page);  // BOS and three fillers fit
+  const size_t page = m.kv_layout(16).page_bytes();
+  kv::PagePool pool(m.backend(), m.kv_layout(16), 8 * page);  // BOS and three fillers fit
   Written w;
   SUBCASE("pin") {
     Engine e(m, pool, runtime::Mode::Choreo);
@@ -438,14 +432,14 @@ TEST_CASE("tiers: hints of several instances combine: any pin, the highest prior
 TEST_CASE("tiers: T1 copies are charged to its budget and returned when dropped") {
   kv::HostTier tier(1000);
   {
-    kv::HostCopy a(tier, 2, 100);  // 800 bytes
+    kv::HostCopy a(tier, 2, 400);  // 800 bytes
     CHECK(tier.bytes_in_use() == 800);
     CHECK_FALSE(tier.fits(400));
     kv::HostCopy b = std::move(a);
     CHECK(tier.bytes_in_use() == 800);
     b.reset();
     CHECK(tier.bytes_in_use() == 0);
-    kv::HostCopy c(tier, 1, 50);
+    kv::HostCopy c(tier, 1, 200);
     CHECK(tier.bytes_in_use() == 200);
   }
   CHECK(tier.bytes_in_use() == 0);

@@ -35,8 +35,9 @@ struct Observed {
 };
 
 Observed run(const dsl::Workflow& workflow, const model::Model& m, const exec::RunArguments& arguments,
-             size_t t0_bytes, const kv::TierSettings& tiers) {
-  kv::PagePool pool(m.kv_layout(16), t0_bytes);
+             size_t t0_bytes, const kv::TierSettings& tiers, kernels::DType k_type = kernels::DType::F32,
+             kernels::DType v_type = kernels::DType::F32) {
+  kv::PagePool pool(m.backend(), m.kv_layout(16, k_type, v_type), t0_bytes);
   testing::ScratchDir dir;
   store::DiskStore disk(dir.str());
   runtime::Engine engine(m, pool, runtime::Mode::Choreo);
@@ -84,7 +85,7 @@ TEST_CASE("tiers never change results: every shipped and corpus workflow, tight 
     const model::Model& m = c.chat ? *testing::smollm2().model : *testing::stories260k().model;
     const Observed ref = run(workflow, m, c.arguments, size_t(512) << 20, {});
     REQUIRE_MESSAGE(ref.error.empty(), ref.error);
-    const size_t page = m.kv_layout(16).page_floats() * sizeof(float);
+    const size_t page = m.kv_layout(16).page_bytes();
     for (kv::EvictionPolicy policy : {kv::EvictionPolicy::Workflow, kv::EvictionPolicy::Lru}) {
       for (const char* below : {"nothing", "T1", "T2"}) {
         CAPTURE(kv::policy_name(policy));
@@ -132,6 +133,57 @@ TEST_CASE("tiers never change results: every shipped and corpus workflow, tight 
   CHECK(disk_loads > 0);
 }
 
+TEST_CASE("tiers move the stored bytes of f16 and q8_0 KV caches: evicted, reloaded or recomputed, the same bits") {
+  // Three workflows on the chat model (stories260K's 8-wide heads cannot hold q8_0 blocks), with the KV
+  // cache in q8_0 keys and f16 values, and in f16: under a tight T0 with T1 or T2 below, every message equals
+  // the run that evicts nothing at the same types.
+  size_t n_compared = 0, n_cases = 0;
+  uint64_t evictions = 0;
+  for (const testing::WorkflowCase& c : testing::workflow_cases()) {
+    const std::string name = c.file.filename().string();
+    if (name != "hello.yaml" && name != "madpar.yaml" && name != "travel.yaml") continue;
+    ++n_cases;
+    CAPTURE(c.file);
+    std::ifstream in(testing::require_file(c.file));
+    std::stringstream source;
+    source << in.rdbuf();
+    const dsl::Workflow workflow = dsl::parse_workflow(source.str(), c.file.string());
+    const model::Model& m = *testing::smollm2().model;
+    for (auto [k, v] : {std::pair{kernels::DType::Q8_0, kernels::DType::F16},
+                        std::pair{kernels::DType::F16, kernels::DType::F16}}) {
+      const Observed ref = run(workflow, m, c.arguments, size_t(512) << 20, {}, k, v);
+      REQUIRE_MESSAGE(ref.error.empty(), ref.error);
+      const size_t page = m.kv_layout(16, k, v).page_bytes();
+      for (const char* below : {"T1", "T2"}) {
+        CAPTURE(below);
+        const bool host = below == std::string("T1");
+        const kv::TierSettings tiers{host ? ref.t0_peak : 0, kv::EvictionPolicy::Workflow, host ? 0 : ref.t0_peak};
+        Observed got;
+        for (size_t budget = std::max(ref.t0_peak / 4, 4 * page);; budget *= 2) {
+          got = run(workflow, m, c.arguments, budget, tiers, k, v);
+          if (got.error.empty() || budget >= ref.t0_peak) break;
+        }
+        REQUIRE_MESSAGE(got.error.empty(), got.error);
+        evictions += got.stats.t0_evictions;
+        for (size_t i = 0; i < ref.outcomes.size(); ++i) {
+          const std::vector<exec::MessageRecord> a = without_modules(ref.outcomes[i].result.messages);
+          const std::vector<exec::MessageRecord> b = without_modules(got.outcomes[i].result.messages);
+          REQUIRE(a.size() == b.size());
+          for (size_t j = 0; j < a.size(); ++j) {
+            CHECK(a[j].tokens == b[j].tokens);
+            CHECK(testing::bit_identical(a[j].logits, b[j].logits));
+            ++n_compared;
+          }
+        }
+      }
+    }
+  }
+  MESSAGE("typed KV tiers: " << n_compared << " messages compared over " << n_cases << " workflows; " << evictions
+                             << " evictions from T0");
+  CHECK(n_cases == 3);
+  CHECK(evictions > 0);
+}
+
 TEST_CASE("tiers: `pin: true` in a workflow keeps a message in T0 for the whole run, and without it LRU evicts it") {
   const std::string text =
       "name: pinned\n"
@@ -144,13 +196,13 @@ TEST_CASE("tiers: `pin: true` in a workflow keeps a message in T0 for the whole 
       "      - prefill: {as: \"note[r]\", text: \"Note {{ r }}: a dog ran to the park and played with a ball all day.\"}\n"
       "  - decode: {as: answer, header: \"The end:\", parents: [doc, \"note[7]\"]}\n";
   const model::Model& m = *testing::stories260k().model;
-  const size_t page = m.kv_layout(16).page_floats() * sizeof(float);
+  const size_t page = m.kv_layout(16).page_bytes();
   for (bool pin : {true, false}) {
     CAPTURE(pin);
     std::string yaml = text;
     yaml.replace(yaml.find("PIN"), 3, pin ? ", pin: true" : "");
     const dsl::Workflow workflow = dsl::parse_workflow(yaml, "pinned.yaml");
-    kv::PagePool pool(m.kv_layout(16), 9 * page);
+    kv::PagePool pool(m.backend(), m.kv_layout(16), 9 * page);
     runtime::Engine engine(m, pool, runtime::Mode::Choreo);
     engine.set_tiers({0, kv::EvictionPolicy::Lru});
     kv::MessageId doc = kv::kNoMessage;
