@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
@@ -31,6 +32,7 @@ struct ProfileOptions {
   int cache_mib = 4096;
   KvOptions kv;
   int64_t max_steps = dsl::kDefaultMaxSteps;
+  bool cold = false;  // a fresh choreo engine per instance too
 };
 
 /// Per-step means over instances, matched by label and order of occurrence.
@@ -81,11 +83,17 @@ void run_profile(const ProfileOptions& o) {
   nlohmann::ordered_json raw = nlohmann::ordered_json::array();
   int unforced = 0;
   double b_computed = 0, c_computed = 0, b_reused = 0, c_reused = 0, generated = 0;
+  // The choreo engine lives across instances (warm: what every row shares is encoded once per run, as in
+  // `run --inputs` and `eval`), unless --cold; the baseline gets a fresh engine per instance (cold), as a
+  // chat API call that shares nothing with the previous row. KV that outgrows --cache-mib is evicted
+  // (docs/store.md, "Tiers"), with the same results.
+  std::optional<runtime::Engine> warm_choreo;
+  if (!o.cold) warm_choreo.emplace(*lm.model, choreo_pool, runtime::Mode::Choreo);
   for (size_t i = 0; i < rows.size(); ++i) {
-    // Fresh engines per instance: each mode starts cold, so the numbers are cold-cache numbers. An instance
-    // whose KV outgrows --cache-mib evicts within itself (docs/store.md, "Tiers"), with the same results.
     runtime::Engine baseline(*lm.model, baseline_pool, baseline_mode);
-    runtime::Engine choreo(*lm.model, choreo_pool, runtime::Mode::Choreo);
+    std::optional<runtime::Engine> cold_choreo;
+    if (o.cold) cold_choreo.emplace(*lm.model, choreo_pool, runtime::Mode::Choreo);
+    runtime::Engine& choreo = o.cold ? *cold_choreo : *warm_choreo;
     exec::ProfiledInstance p;
     try {
       p = exec::profile_instance(workflow, baseline, choreo, rows[i].arguments);
@@ -207,6 +215,9 @@ void register_profile(CLI::App& app) {
   cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget per mode in MiB (default 4096)")
       ->check(at_least(1));
   add_kv_options(*cmd, o->kv);
+  cmd->add_flag("--cold", o->cold,
+                "a fresh choreo engine per instance (default: one across instances, so later instances reuse "
+                "what earlier ones encoded; the baseline is always fresh per instance)");
   add_max_steps_option(*cmd, o->max_steps);
   cmd->callback([o] { run_profile(*o); });
 }

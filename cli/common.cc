@@ -71,7 +71,10 @@ kernels::KvLayout KvOptions::layout(const model::Model& model) const {
 }
 
 kv::TierSettings TierOptions::tiers() const {
-  return {size_t(host_cache_mib) << 20, kv::parse_eviction_policy(evict), size_t(disk_cache_mib) << 20};
+  kv::TierSettings t{size_t(host_cache_mib) << 20, kv::parse_eviction_policy(evict), size_t(disk_cache_mib) << 20};
+  t.prefetch_steps = size_t(prefetch_steps);
+  t.write_through = write_through;
+  return t;
 }
 
 void TierOptions::resolve() {
@@ -84,6 +87,8 @@ void TierOptions::resolve() {
   if (c->evict && unset("--evict")) evict = *c->evict;
   if (c->redis && unset("--redis")) redis = *c->redis;
   if (c->redis_best_effort && unset("--redis-best-effort")) redis_best_effort = *c->redis_best_effort;
+  if (c->prefetch_steps && unset("--prefetch-steps")) prefetch_steps = int(*c->prefetch_steps);
+  if (c->write_through && unset("--write-through")) write_through = *c->write_through;
 }
 
 void add_tier_options(CLI::App& cmd, TierOptions& cache) {
@@ -108,6 +113,13 @@ void add_tier_options(CLI::App& cmd, TierOptions& cache) {
                  "eviction policy: workflow (default; KVFlow: the message read the most steps from now goes "
                  "first) or lru")
       ->check(CLI::IsMember({"workflow", "lru"}));
+  cmd.add_option("--prefetch-steps", cache.prefetch_steps,
+                 "with --evict workflow: messages out of T0 that the workflow reads within this many steps are "
+                 "loaded back from T1/T2 in the background, and calls still waiting for theirs run after ready "
+                 "ones (default 2; 0: off)")
+      ->check(CLI::Range(0, 1000));
+  cmd.add_flag("--write-through", cache.write_through,
+               "write every message to T2 (within --disk-cache-mib) when it is made, not when it is evicted");
 }
 
 store::RedisAddress TierOptions::redis_address() const {
@@ -157,6 +169,14 @@ nlohmann::ordered_json tiers_json(const TierOptions& options, const kv::TierStat
       {"t3_hits", s.t3_hits},
       {"t3_load_tokens", s.t3_load_tokens},
       {"t3_bad", s.t3_bad},
+      {"prefetch_steps", options.evict == "workflow" ? options.prefetch_steps : 0},
+      {"write_through", options.write_through},
+      {"prefetches", s.prefetches},
+      {"prefetch_bytes", s.prefetch_bytes},
+      {"prefetch_used", s.prefetch_used},
+      {"prefetch_wasted", s.prefetch_wasted},
+      {"prefetch_bad", s.prefetch_bad},
+      {"prefetch_wait_ms", s.prefetch_wait_ms},
       {"recomputes", s.recomputes},
       {"recomputed_tokens", s.recomputed_tokens},
       {"load_ms", s.load_ms},
@@ -172,7 +192,10 @@ std::string tiers_line(const kv::TierStats& s) {
       s.t2_bad + s.t2_write_errors ? fmt::format(", {} bad entries, {} failed writes", s.t2_bad, s.t2_write_errors) : "",
       s.recomputes, s.recomputed_tokens, s.load_ms,
       s.t3_writes + s.t3_hits ? fmt::format("; T3: {} writes, {} loads ({} tokens)", s.t3_writes, s.t3_hits, s.t3_load_tokens)
-                              : "");
+                              : "") +
+         (s.prefetches ? fmt::format("; {} prefetches ({} used, {} wasted, {:.0f} ms waited)", s.prefetches,
+                                     s.prefetch_used, s.prefetch_wasted, s.prefetch_wait_ms)
+                       : "");
 }
 
 void add_max_steps_option(CLI::App& cmd, int64_t& max_steps) {

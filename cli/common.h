@@ -62,6 +62,8 @@ struct TierOptions {
   std::string evict = "workflow";
   std::string redis;               // T3: host:port ("" for none); the password is $CHOREO_REDIS_PASSWORD
   bool redis_best_effort = false;  // a Redis that cannot be used at start-up is a warning, not an error
+  int prefetch_steps = 2;          // with --evict workflow: prefetch what is read within this many steps
+  bool write_through = false;      // T2 written when a message is made (else on eviction: write-back)
   const CLI::App* app = nullptr;   // the subcommand: which flags were given
   /// Takes what the command line left unset from choreo.toml (runtime/kv/tier_config.h).
   void resolve();

@@ -3,19 +3,24 @@
 prompts run round-robin while T0 holds only some of the prompts. Every configuration runs the same workflow on
 the same documents; the outputs must be identical (the script checks), only the time differs.
 
-usage: scripts/bench_tiers.py [-m MODEL] [--agents 10] [--rounds 5] [--hold 4] [-r 3] [-t 2]
+usage: scripts/bench_tiers.py [-m MODEL] [--agents 10] [--rounds 5] [--hold 4] [-r 3] [-t 2] [--cold]
+                              [--configs a,b,...] [--busy]
 
 Configurations (T0 = --hold agents' prompts plus room for one turn):
-  all-fit      T0 holds everything: nothing is evicted (the floor)
-  lru-recomp   LRU, no T1: an evicted prompt is recomputed (llama.cpp / vLLM without offload)
-  lru-reload   LRU, T1 holds every prompt: evicted prompts are copied back (HiCache-style reactive reload)
-  wf-recomp    workflow (KVFlow) eviction, no T1
-  wf-reload    workflow eviction, T1 holds every prompt
-  lru-disk     LRU, no T1, T2 (the persistent store, a fresh directory per run) holds every prompt
-  wf-disk      workflow eviction, no T1, T2 holds every prompt
-T2 reads go through the page cache (entries are mmapped), so the disk configurations are warm-cache numbers.
-The configurations take turns within each of the r rounds. Each figure is the mean over the rounds with the
-per-round range; "vs lru-recomp" is the ratio of the means.
+  all-fit       T0 holds everything: nothing is evicted (the floor)
+  lru-recomp    LRU, no T1: an evicted prompt is recomputed (llama.cpp / vLLM without offload)
+  lru-reload    LRU, T1 holds every prompt: evicted prompts are copied back (HiCache-style reactive reload)
+  wf-recomp     workflow (KVFlow) eviction, no T1, no prefetch
+  wf-reload     workflow eviction, T1 holds every prompt, no prefetch
+  wf-reload-pf  workflow eviction, T1 holds every prompt, prefetch 2 steps ahead with status-aware scheduling
+  lru-disk      LRU, no T1, T2 (the persistent store, a fresh directory per run) holds every prompt
+  wf-disk       workflow eviction, no T1, T2 holds every prompt, no prefetch
+  wf-disk-pf    workflow eviction, no T1, T2 holds every prompt, prefetch 2 steps ahead
+T2 reads go through the page cache (entries are mmapped) unless --cold, which drops each entry from the page
+cache when it is opened ($CHOREO_STORE_COLD_READS=1), so T2 loads read the disk. --busy runs a CPU-bound
+neighbour process (one busy thread) beside every run. The configurations take turns within each of the r
+rounds. Each figure is the mean over the rounds with the per-round range; "vs lru-recomp" is the ratio of the
+means; "turns s" is the time of every call but the first prefill of the prompts (what the tiers decide).
 """
 import argparse
 import json
@@ -47,6 +52,19 @@ def documents(n, chars):
 
 
 def run(choreo, model, row, args, extra):
+    env = dict(os.environ)
+    if args.cold:
+        env["CHOREO_STORE_COLD_READS"] = "1"
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
+    try:
+        return run_once(choreo, model, row, args, extra, env)
+    finally:
+        if busy:
+            busy.kill()
+            busy.wait()
+
+
+def run_once(choreo, model, row, args, extra, env):
     with tempfile.NamedTemporaryFile(suffix=".json") as js, tempfile.TemporaryDirectory() as store:
         # A fresh store per run: T2 holds only what this run evicted.
         cmd = [choreo, "run", os.path.join(ROOT, "benchmarks", "workflows", "kvflow.yaml"), "-m", model,
@@ -54,7 +72,7 @@ def run(choreo, model, row, args, extra):
                "-t", str(args.threads), "--json", js.name] + extra
         cmd += ["--cache-dir", os.path.join(store, "s")] if "--disk-cache-mib" in extra else ["--no-store"]
         t0 = time.monotonic()
-        p = subprocess.run(cmd, capture_output=True, text=True)
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
         wall = time.monotonic() - t0
         if p.returncode != 0:
             sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr}")
@@ -62,7 +80,10 @@ def run(choreo, model, row, args, extra):
     inst = doc["instances"][0]
     outs = [m["text"] for m in inst["messages"] if m["kind"] == "decode"]
     prompt_tokens = [m["n_computed"] for m in inst["messages"] if m["name"].startswith("prompt[")]
-    return wall, doc["tiers"], outs, prompt_tokens
+    first_prefill_ms = sum(m["total_ms"] for m in inst["messages"] if m["name"].startswith("prompt["))
+    tiers = dict(doc["tiers"])
+    tiers["turns_s"] = wall - first_prefill_ms / 1000
+    return wall, tiers, outs, prompt_tokens
 
 
 def main():
@@ -75,6 +96,9 @@ def main():
     ap.add_argument("-r", "--repeat", type=int, default=3, help="measurement rounds")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--choreo", default=os.path.join(ROOT, "build", "choreo"))
+    ap.add_argument("--cold", action="store_true", help="T2 reads without the page cache")
+    ap.add_argument("--busy", action="store_true", help="a CPU-bound neighbour beside every run")
+    ap.add_argument("--configs", default="", help="comma-separated subset of the configurations")
     args = ap.parse_args()
 
     docs = documents(args.agents, args.chars)
@@ -92,16 +116,32 @@ def main():
     print(f"model {os.path.basename(args.model)}; {args.agents} agents x {args.rounds} rounds; prompts "
           f"{min(prompt_tokens)}-{max(prompt_tokens)} tokens; whole run holds {peak_mib:.0f} MiB; "
           f"T0 {t0_mib} MiB (~{args.hold} prompts), T1 {t1_mib} MiB", flush=True)
+    t0 = ["--cache-mib", str(t0_mib)]
+    t1 = ["--host-cache-mib", str(t1_mib)]
+    t2 = ["--disk-cache-mib", str(t1_mib)]
+    no_pf = ["--prefetch-steps", "0"]
+    pf = ["--prefetch-steps", "2"]
     configs = {
         "all-fit": ["--cache-mib", "8192"],
-        "lru-recomp": ["--cache-mib", str(t0_mib), "--evict", "lru"],
-        "lru-reload": ["--cache-mib", str(t0_mib), "--evict", "lru", "--host-cache-mib", str(t1_mib)],
-        "wf-recomp": ["--cache-mib", str(t0_mib), "--evict", "workflow"],
-        "wf-reload": ["--cache-mib", str(t0_mib), "--evict", "workflow", "--host-cache-mib", str(t1_mib)],
-        "lru-disk": ["--cache-mib", str(t0_mib), "--evict", "lru", "--disk-cache-mib", str(t1_mib)],
-        "wf-disk": ["--cache-mib", str(t0_mib), "--evict", "workflow", "--disk-cache-mib", str(t1_mib)],
+        "lru-recomp": t0 + ["--evict", "lru"],
+        "lru-reload": t0 + ["--evict", "lru"] + t1,
+        "wf-recomp": t0 + ["--evict", "workflow"] + no_pf,
+        "wf-reload": t0 + ["--evict", "workflow"] + t1 + no_pf,
+        "wf-reload-pf": t0 + ["--evict", "workflow"] + t1 + pf,
+        "lru-disk": t0 + ["--evict", "lru"] + t2,
+        "wf-disk": t0 + ["--evict", "workflow"] + t2 + no_pf,
+        "wf-disk-pf": t0 + ["--evict", "workflow"] + t2 + pf,
     }
+    if args.configs:
+        wanted = args.configs.split(",")
+        unknown = [c for c in wanted if c not in configs]
+        if unknown:
+            sys.exit(f"unknown configurations {unknown}; known: {list(configs)}")
+        configs = {c: configs[c] for c in wanted}
+    print(f"T2 reads: {'cold (dropped from the page cache)' if args.cold else 'through the page cache'}; "
+          f"{'a busy neighbour beside every run' if args.busy else 'no neighbour'}", flush=True)
     walls = {c: [] for c in configs}
+    turn_times = {c: [] for c in configs}
     last = {}
     for r in range(args.repeat):
         order = list(configs) if r % 2 == 0 else list(reversed(configs))
@@ -110,18 +150,24 @@ def main():
             if outs != ref_out:
                 sys.exit(f"{c}: outputs differ from the all-fit run: tiers changed a result")
             walls[c].append(wall)
+            turn_times[c].append(tiers["turns_s"])
             last[c] = tiers
-            print(f"  round {r + 1} {c}: {wall:.1f} s", file=sys.stderr, flush=True)
-    base = statistics.mean(walls["lru-recomp"])
+            print(f"  round {r + 1} {c}: {wall:.1f} s (turns {tiers['turns_s']:.1f} s)", file=sys.stderr, flush=True)
+    base_name = "lru-recomp" if "lru-recomp" in walls else next(iter(walls))
+    base = statistics.mean(walls[base_name])
     print()
-    print("| configuration | end-to-end s (mean, range) | vs lru-recomp | T0 evictions | T1 / T2 loads | recomputed tokens | peak T0 / T1 MiB | T2 written MiB |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"| configuration | end-to-end s (mean, range) | vs {base_name} | turns s (mean, range) | T0 evictions | "
+          "T1 / T2 loads | prefetches (used, wasted; wait ms) | recomputed tokens | peak T0 / T1 MiB | T2 written MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for c in configs:
         m = statistics.mean(walls[c])
         t = last[c]
-        print(f"| {c} | {m:.1f} ({min(walls[c]):.1f}-{max(walls[c]):.1f}) | {base / m:.2f}x | {t['t0_evictions']} | "
-              f"{t['t1_hits']} / {t['t2_hits']} | {t['recomputed_tokens']} | {t['t0_peak_bytes'] / 2**20:.0f} / "
-              f"{t['t1_peak_bytes'] / 2**20:.0f} | {t['t2_write_bytes'] / 2**20:.0f} |")
+        turns = [x for x in turn_times[c]]
+        print(f"| {c} | {m:.1f} ({min(walls[c]):.1f}-{max(walls[c]):.1f}) | {base / m:.2f}x | "
+              f"{statistics.mean(turns):.1f} ({min(turns):.1f}-{max(turns):.1f}) | {t['t0_evictions']} | "
+              f"{t['t1_hits']} / {t['t2_hits']} | {t.get('prefetches', 0)} ({t.get('prefetch_used', 0)}, "
+              f"{t.get('prefetch_wasted', 0)}; {t.get('prefetch_wait_ms', 0):.0f}) | {t['recomputed_tokens']} | "
+              f"{t['t0_peak_bytes'] / 2**20:.0f} / {t['t1_peak_bytes'] / 2**20:.0f} | {t['t2_write_bytes'] / 2**20:.0f} |")
     print(f"\nevery configuration gave the all-fit run's {len(ref_out)} outputs exactly")
 
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -171,23 +172,34 @@ void accumulate_tile(float* __restrict acc, const float* __restrict corr, const 
   }
 }
 
-/// One head's row of a page in a cache type, as floats. Half-to-float conversion is exact, and q8_0 is
-/// int8 times the block's fp16 scale, so these give exactly dequantize_row's values, with F16C / AVX-512
-/// conversions where the processor has them.
-CHOREO_MULTIVERSION
+/// One head's row of a page in a cache type, as floats: exactly dequantize_row's values (half-to-float is
+/// exact, and q8_0 is int8 times the block's fp16 scale), through a table of all 65536 halves.
+const float* half_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t h = 0; h < t.size(); ++h) t[h] = fp16_to_fp32(uint16_t(h));
+    return t;
+  }();
+  return table.data();
+}
+
 void f16_row(const std::byte* src, float* __restrict dst, int n) {
-  const auto* h = reinterpret_cast<const _Float16*>(src);
-  for (int i = 0; i < n; ++i) dst[i] = float(h[i]);
+  const float* table = half_table();
+  for (int i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * size_t(i), sizeof(h));
+    dst[i] = table[h];
+  }
 }
 
 CHOREO_MULTIVERSION
 void q8_0_row(const std::byte* src, float* __restrict dst, int n) {
-  const auto* blocks = reinterpret_cast<const BlockQ8_0*>(src);
+  const float* table = half_table();
   for (int b = 0; b < n / kQuantBlock; ++b) {
-    _Float16 d;
-    __builtin_memcpy(&d, &blocks[b].d, sizeof(d));
-    const float scale = float(d);
-    for (int i = 0; i < kQuantBlock; ++i) dst[b * kQuantBlock + i] = float(blocks[b].qs[i]) * scale;
+    BlockQ8_0 block;
+    std::memcpy(&block, src + size_t(b) * sizeof(BlockQ8_0), sizeof(block));
+    const float scale = table[block.d];
+    for (int i = 0; i < kQuantBlock; ++i) dst[b * kQuantBlock + i] = float(block.qs[i]) * scale;
   }
 }
 

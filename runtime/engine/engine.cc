@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "common/error.h"
+#include "runtime/engine/loading.h"
 #include "runtime/engine/mode.h"
 #include "runtime/engine/stop_strings.h"
 #include "runtime/store/disk_store.h"
@@ -208,6 +209,7 @@ void Engine::encode(std::span<Work*> work) {
 void Engine::release(kv::MessageId id) {
   if (!store_.contains(id)) throw InputError(fmt::format("release: unknown message {}", id));
   if (id == bos_) throw InputError("release: the implicit BOS message cannot be released");
+  if (kv::Message& m = store_.get(id); m.loading) settle(m, nullptr);
   call_mode_->forget(id);
   store_.erase(id);
 }
@@ -218,6 +220,7 @@ PrefillResult Engine::prefill(const PrefillRequest& request) {
 
 std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest> requests) {
   const double t0 = now_ms();
+  prefetch_due();
   std::vector<PrefillResult> results(requests.size());
   std::vector<Work> works;
   works.reserve(requests.size());
@@ -286,7 +289,8 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
     encode(part);
     for (Work* w : part) {
       store_.publish(*w->msg);
-      share(*w->msg);  // T3: written through, for other processes
+      share(*w->msg);          // T3: written through, for other processes
+      write_through(*w->msg);  // T2, when asked for
     }
   }
   if (disk_ && persist_prefills_)
@@ -320,6 +324,7 @@ static void fill_logprobs(std::span<const float> logits, model::Token chosen, in
 
 std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> requests) {
   const double t0 = now_ms();
+  prefetch_due();
   const size_t n = requests.size();
   std::vector<DecodeResult> results(n);
   std::vector<DecodeLayout> layouts(n);
@@ -351,6 +356,7 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
     const DecodeRequest& r = requests[i];
     DecodeResult& res = results[i];
     store_.publish(*layouts[i].encoded);
+    write_through(*layouts[i].encoded);
     std::span<const model::Token> visible = res.generated;
     if (!visible.empty() && vocab.is_eog(visible.back()) && !r.exact_tokens)
       visible = visible.first(visible.size() - 1);
@@ -460,6 +466,12 @@ void Engine::hold(kv::MessageId id, Held& held, CallStats* stats) {
 void Engine::make_resident(kv::Message& m, CallStats* stats) {
   m.last_use = store_.tick();
   m.last_use_ms = kv::tier_clock_ms();
+  if (m.loading) settle(m, stats);  // a prefetch in flight: wait for what is left (a failed one: see below)
+  if (m.prefetched && m.resident()) {
+    m.prefetched = false;
+    ++tier_stats_.prefetch_used;
+    if (stats) stats->n_loaded += int(m.tokens.size());
+  }
   if (m.resident() || !m.complete()) return;  // in T0 already, or nothing encoded to bring back
   const double t0 = now_ms();
   if (!m.host.empty()) {
@@ -601,6 +613,7 @@ bool Engine::evict_one() {
     }
     candidates.push_back(*c);
   }
+  if (candidates.empty() && settle_one()) return true;  // a prefetch held pages: settled, it can go now
   if (candidates.empty()) {
     const kv::PagePool& pool = store_.pool();
     throw InputError(
@@ -633,6 +646,21 @@ void Engine::offload(kv::Message& m) {
   }
   m.pages.clear();
   ++tier_stats_.t0_evictions;
+  if (m.prefetched) {
+    m.prefetched = false;
+    ++tier_stats_.prefetch_wasted;
+  }
+}
+
+void Engine::write_through(kv::Message& m) {
+  if (!tiers_.write_through || !m.complete() || !m.resident()) return;
+  const kv::PagePool& pool = store_.pool();
+  const size_t n_pages = pool.layout().pages_for(m.tokens.size());
+  if (!may_write_back(m, n_pages * pool.page_bytes())) return;
+  const std::vector<std::byte> host = m.pages.to_host(n_pages);
+  std::vector<const std::byte*> pages;
+  for (size_t p = 0; p < n_pages; ++p) pages.push_back(host.data() + p * pool.page_bytes());
+  write_back(m, std::move(pages));
 }
 
 bool Engine::may_write_back(const kv::Message& m, size_t bytes) const {

@@ -101,6 +101,10 @@ class Engine {
   /// that will read it. A message already resident, or one with nothing encoded, is left as it is.
   /// Throws InputError for an unknown id, or when T0 cannot hold it beside what running calls use.
   void prefetch(kv::MessageId id);
+  /// True when a parent of the call is still being prefetched (its load into T0 has not finished): a
+  /// scheduler may run other calls first (status-aware scheduling). Running it anyway waits for the load.
+  bool loading(const PrefillRequest& request) const;
+  bool loading(const DecodeRequest& request) const;
   /// Bytes held in T1 now.
   size_t host_bytes_in_use() const { return host_.bytes_in_use(); }
   /// Bytes written to T2 by eviction so far (bounded by TierSettings::disk_bytes).
@@ -126,6 +130,17 @@ class Engine {
   void make_resident(kv::Message& m, CallStats* stats);
   void recompute(kv::Message& m, CallStats* stats);
   bool load_pages_stored(kv::Message& m);  // T2 or T3 -> T0; false: no usable entry
+  // ---- prefetch (TierSettings::prefetch_steps) ----
+  struct Loading;
+  bool parent_loading(const std::vector<Parent>& parents) const;
+  void prefetch_due();  // starts prefetches for the messages due within prefetch_steps
+  bool start_prefetch(kv::Message& m, size_t steps);
+  // Frees T0 pages for n_pages by evicting only messages read later than `steps` (or never); false if not.
+  bool make_room_for(size_t n_pages, size_t steps);
+  // Waits for m's prefetch and applies it; false when it failed (m is then out of T0 again).
+  bool settle(kv::Message& m, CallStats* stats);
+  void settle_finished();  // settles every prefetch that has finished
+  bool settle_one();       // waits for the oldest prefetch in flight; false when none is
   bool evict_one();                    // the page pool's reclaimer
   // What the eviction order knows of a message; nullopt when a running workflow pins it.
   std::optional<kv::EvictionCandidate> candidate(kv::MessageId id, const kv::Message& m) const;
@@ -133,6 +148,7 @@ class Engine {
   bool make_host_room(size_t bytes, kv::MessageId keep);
   bool may_write_back(const kv::Message& m, size_t bytes) const;
   void write_back(kv::Message& m, std::vector<const std::byte*> pages);  // to T2, when it has room
+  void write_through(kv::Message& m);  // TierSettings::write_through: to T2 as soon as it is complete
   // The persistent store: see persist() and load().
   // `id` and its ancestors the disk store has no usable entry for, parents first.
   std::vector<kv::MessageId> unstored_ancestry(kv::MessageId id);
@@ -169,6 +185,9 @@ class Engine {
   uint64_t last_prefix_scope_ = 0;
   // Key re-rotation path: temporary pages holding re-rotated copies of parents.
   std::vector<std::unique_ptr<kv::PageList>> rerotated_;
+  // Prefetches in flight, in the order they started. Declared last: destroyed first, each waiting for its
+  // background work, while the pages it writes still exist.
+  std::vector<std::pair<kv::MessageId, std::unique_ptr<Loading>>> loading_;
 };
 
 }  // namespace choreo::runtime

@@ -188,12 +188,27 @@ std::vector<std::exception_ptr> BatchScheduler::run(size_t n_jobs, int concurren
     std::vector<Submission*> ready = std::move(pending_);
     pending_.clear();
     lock.unlock();
+    // Status-aware scheduling: calls whose parents are still being prefetched wait for a later batch while
+    // the others run, unless none can run. Results do not depend on the batching (batch invariance).
+    std::vector<Submission*> later;
+    auto loading = [&](const Submission* s) {
+      if (s->is_decode)
+        return std::any_of(s->decodes.begin(), s->decodes.end(), [&](const auto& r) { return engine_.loading(r); });
+      return std::any_of(s->prefills.begin(), s->prefills.end(), [&](const auto& r) { return engine_.loading(r); });
+    };
+    auto waits = std::stable_partition(ready.begin(), ready.end(), [&](const Submission* s) { return !loading(s); });
+    if (waits != ready.begin()) {
+      later.assign(waits, ready.end());
+      ready.erase(waits, ready.end());
+      n_deferred_ += int(later.size());
+    }
     execute(ready);
     lock.lock();
     for (Submission* s : ready) {
       s->done = true;
       ++running_;
     }
+    pending_.insert(pending_.end(), later.begin(), later.end());
     wake_workers_.notify_all();
   }
   for (std::thread& t : workers) t.join();

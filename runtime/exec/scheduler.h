@@ -6,6 +6,9 @@
 // touched by the thread that calls run(); static messages shared by the instances are deduplicated by the
 // engine's content keys, so they are encoded once.
 //
+// Status-aware scheduling: a call whose parents are still being prefetched into T0 (Engine::loading) waits
+// for a later batch while the ready ones run.
+//
 // Decodes merged into one batch finish together (the engine steps a batch until its longest member is done):
 // this is static batching across instances, not continuous batching.
 
@@ -37,6 +40,8 @@ class BatchScheduler {
   /// Engine batches issued (prefill and decode) and the requests in them, for reports and tests.
   int n_batches() const { return n_batches_; }
   int n_requests() const { return n_requests_; }
+  /// Submissions held back for a later batch because a parent was still being prefetched.
+  int n_deferred() const { return n_deferred_; }
 
  private:
   struct Submission;
@@ -51,6 +56,7 @@ class BatchScheduler {
   int running_ = 0;  // workers currently running a job and not blocked on a call
   int n_batches_ = 0;
   int n_requests_ = 0;
+  int n_deferred_ = 0;
 };
 
 }  // namespace choreo::exec

@@ -45,6 +45,8 @@ struct Message {
   int n_children = 0;                 // published messages encoded over this one (shared prefixes have some)
   bool released = false;              // released by its owner: kept only as a recipe to recompute children
   bool on_disk = false;               // this engine wrote its pages to T2 (the persistent store)
+  bool loading = false;               // a prefetch is filling its T0 pages: not readable until it settles
+  bool prefetched = false;            // brought to T0 by a prefetch, and not read by a call since
   uint64_t last_use = 0;
   double last_use_ms = 0;             // tier_clock_ms() of the last use (a `ttl` hint counts from it)
   /// The T1 (host memory) copy of the pages, or empty (runtime/kv/tiers.h).

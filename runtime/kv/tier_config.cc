@@ -16,8 +16,8 @@ namespace choreo::kv {
 
 namespace {
 
-constexpr std::array<std::string_view, 6> kKeys = {"cache_mib",      "host_cache_mib", "disk_cache_mib",
-                                                   "evict",          "redis",          "redis_best_effort"};
+constexpr std::array<std::string_view, 8> kKeys = {"cache_mib", "host_cache_mib",    "disk_cache_mib", "evict",
+                                                   "redis",     "redis_best_effort", "prefetch_steps", "write_through"};
 
 SourceLocation where(const std::string& path, const toml::source_region& r) {
   return {path, int(r.begin.line), int(r.begin.column)};
@@ -66,10 +66,15 @@ std::optional<TierConfig> read_tier_config(const std::string& path) {
       } else {
         c.redis = *s;
       }
-    } else if (k == "redis_best_effort") {
+    } else if (k == "redis_best_effort" || k == "write_through") {
       const std::optional<bool> b = value.value_exact<bool>();
-      if (!b) throw InputError("`redis_best_effort` must be true or false", "", at);
-      c.redis_best_effort = *b;
+      if (!b) throw InputError(fmt::format("`{}` must be true or false", k), "", at);
+      (k == "write_through" ? c.write_through : c.redis_best_effort) = *b;
+    } else if (k == "prefetch_steps") {
+      const std::optional<int64_t> n = value.value_exact<int64_t>();
+      if (!n || *n < 0 || *n > 1000)
+        throw InputError("`prefetch_steps` must be a whole number of steps from 0 to 1000", "0 turns prefetch off", at);
+      c.prefetch_steps = *n;
     } else {
       const std::optional<int64_t> n = value.value_exact<int64_t>();
       const int64_t low = k == "cache_mib" ? 1 : 0;

@@ -9,6 +9,8 @@
 //   evict = "workflow"        # or "lru"
 //   redis = "127.0.0.1:6379"  # T3 (the password stays in $CHOREO_REDIS_PASSWORD)
 //   redis_best_effort = false
+//   prefetch_steps = 2        # with evict = "workflow"; 0: off
+//   write_through = false     # T2 written when a message is made, not when it is evicted
 
 #include <cstdint>
 #include <optional>
@@ -19,9 +21,9 @@ namespace choreo::kv {
 /// What a choreo.toml sets (each key optional).
 struct TierConfig {
   std::string path;
-  std::optional<int64_t> cache_mib, host_cache_mib, disk_cache_mib;
+  std::optional<int64_t> cache_mib, host_cache_mib, disk_cache_mib, prefetch_steps;
   std::optional<std::string> evict, redis;
-  std::optional<bool> redis_best_effort;
+  std::optional<bool> redis_best_effort, write_through;
 };
 
 /// $CHOREO_CONFIG when set, else $XDG_CONFIG_HOME/choreo/choreo.toml, else ~/.config/choreo/choreo.toml.

@@ -34,6 +34,13 @@ struct TierSettings {
   // messages leaving T0 that T1 has no room for. 0: T2 is read (entries found there are loaded back) but
   // never written by eviction.
   size_t disk_bytes = 0;
+  // Prefetch (with the `workflow` policy only: it needs steps to execution): before each batch, messages
+  // out of T0 that a running workflow reads within this many steps are brought back from T1 or T2 in the
+  // background, into room made by evicting only messages needed later. 0: no prefetch.
+  size_t prefetch_steps = 0;
+  // Write-through (HiCache's option): every prefill and finished decode is written to T2 when it is made,
+  // within disk_bytes, so eviction later has nothing to write. false: write-back (on eviction only).
+  bool write_through = false;
 };
 
 /// What the tiers did during a run (Engine::tier_stats).
@@ -57,6 +64,12 @@ struct TierStats {
   uint64_t t3_hits = 0;           // messages read from T3
   uint64_t t3_load_tokens = 0;
   uint64_t t3_bad = 0;            // T3 entries that failed a check (recomputed instead)
+  uint64_t prefetches = 0;        // messages whose load into T0 started ahead of the call reading them
+  uint64_t prefetch_bytes = 0;
+  uint64_t prefetch_used = 0;     // of those, read by a call
+  uint64_t prefetch_wasted = 0;   // of those, evicted again before any call read them
+  uint64_t prefetch_bad = 0;      // prefetches that found a bad entry (the call recomputed instead)
+  double prefetch_wait_ms = 0;    // time calls waited for prefetches still in flight
   uint64_t recomputes = 0;        // messages recomputed because no tier held them
   uint64_t recomputed_tokens = 0;
   size_t t0_peak_bytes = 0;

@@ -6,9 +6,25 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <string_view>
 #include <utility>
 
 namespace choreo::store {
+
+namespace {
+
+/// Benchmark hook (scripts/bench_tiers.py, docs/store.md "Test hooks"): with $CHOREO_STORE_COLD_READS=1
+/// every file is dropped from the page cache when it is opened, so what is read from it comes from the disk.
+bool cold_reads() {
+  static const bool on = [] {
+    const char* env = std::getenv("CHOREO_STORE_COLD_READS");
+    return env && std::string_view(env) == "1";
+  }();
+  return on;
+}
+
+}  // namespace
 
 std::optional<MappedFile> MappedFile::open(const std::string& path, MapFailure* failure) {
   auto fail = [failure](MapFailure why) {
@@ -34,6 +50,7 @@ std::optional<MappedFile> MappedFile::open(const std::string& path, MapFailure* 
     ::close(fd);
     return MappedFile(nullptr, 0);
   }
+  if (cold_reads()) ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   void* data = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);  // the mapping keeps the file (even once unlinked or replaced by rename)
   if (data == MAP_FAILED) return fail(MapFailure::Unreadable);

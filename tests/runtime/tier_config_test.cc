@@ -63,6 +63,19 @@ TEST_CASE("tier config: [tiers] sets budgets, policy and Redis, and bad values a
   CHECK(e.where().line == 1);
   e = error_of(write(dir, "tiers = 3\n"));
   CHECK(e.message().find("`tiers` must be a table") != std::string::npos);
+
+  const std::optional<kv::TierConfig> p =
+      kv::read_tier_config(write(dir, "[tiers]\nprefetch_steps = 3\nwrite_through = true\n"));
+  REQUIRE(p);
+  CHECK(p->prefetch_steps == 3);
+  CHECK(p->write_through == true);
+  e = error_of(write(dir, "[tiers]\nprefetch_steps = -1\n"));
+  CHECK(e.message().find("`prefetch_steps` must be a whole number of steps") != std::string::npos);
+  CHECK(e.where().line == 2);
+  e = error_of(write(dir, "[tiers]\nwrite_through = 1\n"));
+  CHECK(e.message().find("`write_through` must be true or false") != std::string::npos);
+  e = error_of(write(dir, "[tiers]\nprefetch_step = 2\n"));
+  CHECK(e.hint().find("did you mean 'prefetch_steps'?") != std::string::npos);
 }
 
 TEST_CASE("tier config: choreo run takes its budgets from choreo.toml, and a flag wins over the file") {

@@ -179,21 +179,42 @@ TEST_CASE("tiers: T2 (the persistent store) takes what T1 has no room for, and g
   }
 }
 
+/// A message and a decode over it, with the decode's logits when nothing is ever evicted.
+struct OneParent {
+  PrefillRequest first;
+  DecodeRequest request;  // its parents are set by the caller
+  std::vector<std::vector<float>> want;
+};
+
+OneParent one_parent(const model::Model& m) {
+  OneParent c;
+  c.first = {text(m, "Once upon a time there was a little girl named Lily who loved the sea and the sun."), {}};
+  c.request.header = text(m, " She");
+  c.request.max_tokens = 8;
+  c.request.record_logits = true;
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(64) << 20);
+  Engine e(m, pool);
+  DecodeRequest r = c.request;
+  r.parents = {{e.prefill(c.first).id}};
+  c.want = e.decode(r).logits;
+  return c;
+}
+
+/// Flips one byte of the last page's data of a store entry.
+void flip_byte(const std::string& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-16, std::ios::end);
+  char c = 0;
+  f.read(&c, 1);
+  c ^= 0x5a;
+  f.seekp(-16, std::ios::end);
+  f.write(&c, 1);
+}
+
 TEST_CASE("tiers: a T2 entry corrupted on disk is detected by its checksum and recomputed") {
   const model::Model& m = *testing::stories260k().model;
   const size_t page = m.kv_layout(16).page_bytes();
-  const PrefillRequest first{text(m, "Once upon a time there was a little girl named Lily who loved the sea and the sun."), {}};
-  DecodeRequest r;
-  r.header = text(m, " She");
-  r.max_tokens = 8;
-  r.record_logits = true;
-  std::vector<std::vector<float>> want;
-  {
-    kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(64) << 20);
-    Engine e(m, pool);
-    r.parents = {{e.prefill(first).id}};
-    want = e.decode(r).logits;
-  }
+  auto [first, r, want] = one_parent(m);
   testing::ScratchDir dir;
   store::DiskStore disk(dir.str());
   kv::PagePool pool(m.backend(), m.kv_layout(16), 8 * page);
@@ -206,18 +227,9 @@ TEST_CASE("tiers: a T2 entry corrupted on disk is detected by its checksum and r
     e.prefill({text(m, fmt::format("Story {}: a dog ran to the park and played with a ball all day long.", i)), {}});
   }
   REQUIRE(e.tier_stats().t2_writes > 0);
-  // Flip one byte of the last page's data.
   const std::string path = disk.entry_path(e.store().get(a.id).key);
   REQUIRE(std::filesystem::exists(path));
-  {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(-16, std::ios::end);
-    char c = 0;
-    f.read(&c, 1);
-    c ^= 0x5a;
-    f.seekp(-16, std::ios::end);
-    f.write(&c, 1);
-  }
+  flip_byte(path);
   r.parents = {{a.id}};
   const runtime::DecodeResult d = e.decode(r);
   CHECK(e.tier_stats().t2_bad == 1);
@@ -427,6 +439,72 @@ TEST_CASE("tiers: hints of several instances combine: any pin, the highest prior
   CHECK_FALSE(r->ttl_ms);  // b reads it and gives no ttl
   CHECK(r->release);
   CHECK_FALSE(registry.retention(8));
+}
+
+TEST_CASE("tiers: prefetch brings a message due soon back from T1 or T2 before its call, never evicting what is needed sooner") {
+  const model::Model& m = *testing::stories260k().model;
+  const size_t page = m.kv_layout(16).page_bytes();
+  auto [first, r, want] = one_parent(m);
+  for (const char* case_name : {"T1", "T2", "T2 corrupted", "all needed sooner"}) {
+    const std::string name = case_name;
+    CAPTURE(name);
+    const bool t2 = name != "T1";
+    testing::ScratchDir dir;
+    store::DiskStore disk(dir.str());
+    kv::PagePool pool(m.backend(), m.kv_layout(16), 8 * page);
+    Engine e(m, pool);
+    e.set_disk_store(&disk);
+    kv::TierSettings tiers{t2 ? 0 : 100 * page, kv::EvictionPolicy::Workflow, t2 ? size_t(64) << 20 : 0};
+    tiers.prefetch_steps = 2;
+    e.set_tiers(tiers);
+    Written w;
+    e.step_oracles().add(&w);
+    const kv::MessageId a = e.prefill(first).id;
+    std::vector<kv::MessageId> fillers;
+    for (int i = 0; e.store().get(a).resident(); ++i) {  // `a` is read by nobody yet: it leaves first
+      REQUIRE(i < 20);
+      fillers.push_back(filler(e, i));
+    }
+    if (name == "T2 corrupted") {
+      const std::string path = disk.entry_path(e.store().get(a).key);
+      REQUIRE(std::filesystem::exists(path));
+      flip_byte(path);
+    }
+    // `a` is now due in 1 step; the fillers are never read again, unless every one is needed now (and T0 is
+    // full: a prefetch may always use free room).
+    w.steps[a] = 1;
+    if (name == "all needed sooner") {
+      const size_t a_bytes = m.kv_layout(16).pages_for(first.tokens.size()) * page;
+      for (int i = 0; pool.budget_bytes() - pool.bytes_in_use() >= a_bytes; ++i) {
+        REQUIRE(i < 20);
+        fillers.push_back(e.prefill({text(m, fmt::format("Tale {} of a cat.", i)), {}}).id);
+      }
+      for (kv::MessageId id : fillers) w.steps[id] = 0;
+    }
+    if (name != "all needed sooner") filler(e, 100);  // a batch: the prefetch starts before it
+    r.parents = {{a}};
+    const runtime::DecodeResult d = e.decode(r);
+    CHECK(testing::bit_identical(want, d.logits));
+    const kv::TierStats s = e.tier_stats();
+    const int n_a = int(first.tokens.size());
+    if (name == "all needed sooner") {
+      CHECK(s.prefetches == 0);  // no room could be made: the call loads it itself
+      CHECK(d.stats.n_loaded == n_a);
+    } else if (name == "T2 corrupted") {
+      CHECK(s.prefetches == 1);
+      CHECK(s.prefetch_bad == 1);
+      CHECK(s.t2_bad == 1);
+      CHECK(d.stats.n_recomputed == n_a);
+    } else {
+      CHECK(s.prefetches == 1);
+      CHECK(s.prefetch_used == 1);
+      CHECK(s.prefetch_bad == 0);
+      CHECK(d.stats.n_loaded == n_a);
+      CHECK(d.stats.n_recomputed == 0);
+      CHECK((t2 ? s.t2_hits : s.t1_hits) == 1);
+    }
+    e.step_oracles().remove(&w);
+  }
 }
 
 TEST_CASE("tiers: T1 copies are charged to its budget and returned when dropped") {

@@ -73,9 +73,9 @@ std::vector<exec::MessageRecord> without_modules(const std::vector<exec::Message
   return out;
 }
 
-TEST_CASE("tiers never change results: every shipped and corpus workflow, tight T0, both policies, with nothing, T1 or T2 below") {
+TEST_CASE("tiers never change results: every shipped and corpus workflow, tight T0, both policies, with nothing, T1 or T2 below, prefetch and write-through") {
   size_t n_compared = 0;
-  uint64_t evictions = 0, recomputes = 0, reloads = 0, disk_loads = 0;
+  uint64_t evictions = 0, recomputes = 0, reloads = 0, disk_loads = 0, prefetches = 0, prefetch_used = 0;
   for (const testing::WorkflowCase& c : testing::workflow_cases()) {
     CAPTURE(c.file);
     std::ifstream in(testing::require_file(c.file));
@@ -91,7 +91,13 @@ TEST_CASE("tiers never change results: every shipped and corpus workflow, tight 
         CAPTURE(kv::policy_name(policy));
         CAPTURE(below);
         const bool host = below == std::string("T1");
-        const kv::TierSettings tiers{host ? ref.t0_peak : 0, policy, below == std::string("T2") ? ref.t0_peak : 0};
+        kv::TierSettings tiers{host ? ref.t0_peak : 0, policy, below == std::string("T2") ? ref.t0_peak : 0};
+        // The workflow policy prefetches what is due within 2 steps (in the background), LRU does not; with
+        // T2, the workflow policy writes through.
+        if (policy == kv::EvictionPolicy::Workflow) {
+          tiers.prefetch_steps = 2;
+          tiers.write_through = below == std::string("T2");
+        }
         // The smallest of peak/4, peak/2, ... that holds every call's working set; a smaller one must fail
         // with the budget error, never otherwise.
         Observed got;
@@ -108,6 +114,9 @@ TEST_CASE("tiers never change results: every shipped and corpus workflow, tight 
         recomputes += got.stats.recomputes;
         reloads += got.stats.t1_hits;
         disk_loads += got.stats.t2_hits;
+        prefetches += got.stats.prefetches;
+        prefetch_used += got.stats.prefetch_used;
+        CHECK(got.stats.prefetch_bad == 0);
         CHECK(got.t0_peak <= budget);
         if (host) CHECK(got.stats.t1_peak_bytes <= tiers.host_bytes);
         for (size_t i = 0; i < ref.outcomes.size(); ++i) {
@@ -127,8 +136,11 @@ TEST_CASE("tiers never change results: every shipped and corpus workflow, tight 
     }
   }
   MESSAGE("tiers: " << n_compared << " messages compared; " << evictions << " evictions from T0, " << recomputes
-                     << " recomputes, " << reloads << " reloads from T1, " << disk_loads << " from T2");
+                     << " recomputes, " << reloads << " reloads from T1, " << disk_loads << " from T2, "
+                     << prefetches << " prefetches (" << prefetch_used << " used)");
   CHECK(recomputes > 0);
+  CHECK(prefetches > 0);
+  CHECK(prefetch_used > 0);
   CHECK(reloads > 0);
   CHECK(disk_loads > 0);
 }

@@ -1,0 +1,43 @@
+#pragma once
+// A prefetch in flight (runtime/engine/prefetch.cc): the engine's private state for one message being
+// brought back to T0 in the background.
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <optional>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "runtime/engine/engine.h"
+#include "runtime/kv/tiers.h"
+#include "runtime/store/disk_store.h"
+
+namespace choreo::runtime {
+
+struct Engine::Loading {
+  int tier = 0;                             // 1: from T1, 2: from T2
+  kv::HostCopy host;                        // T1: the copy being read, held aside so T1 cannot drop it
+  std::vector<kernels::Completion> copies;  // T1: one per page
+  std::optional<store::MappedEntry> entry;  // T2: the entry the job reads
+  std::future<std::optional<size_t>> job;   // T2: checks and copies every page; the first bad page
+  size_t bytes = 0;
+
+  Loading() = default;
+  Loading(const Loading&) = delete;
+  Loading& operator=(const Loading&) = delete;
+  ~Loading() {
+    // The copies read `host` and the job reads `entry`: both must be done before those go.
+    for (const kernels::Completion& c : copies) try {
+        c.wait();
+      } catch (...) {
+      }
+    if (job.valid()) job.wait();
+  }
+  bool finished() const {
+    if (tier == 2) return job.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    return std::all_of(copies.begin(), copies.end(), [](const kernels::Completion& c) { return c.ready(); });
+  }
+};
+
+}  // namespace choreo::runtime
