@@ -114,7 +114,8 @@ nlohmann::ordered_json document(const dsl::Workflow& workflow, const RunOptions&
 /// error, marked incomplete.
 void write_outputs(const dsl::Workflow& workflow, const RunOptions& o, const std::string& model_path,
                    const std::vector<exec::InputRow>& rows, const std::vector<exec::InstanceOutcome>& outcomes,
-                   const kv::TierStats& tiers) {
+                   const runtime::Engine& engine) {
+  const kv::TierStats tiers = engine.tier_stats();
   if (!o.json_path.empty())
     write_file_atomically(o.json_path, document(workflow, o, model_path, rows, outcomes, tiers)
                                                .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
@@ -126,7 +127,7 @@ void write_outputs(const dsl::Workflow& workflow, const RunOptions& o, const std
     if (outcomes[i].error) name += " (incomplete)";
     traced.push_back({std::move(name), &outcomes[i].result});
   }
-  write_file_atomically(o.trace_path, exec::trace_json(traced).dump() + "\n");
+  write_file_atomically(o.trace_path, exec::trace_json(traced, engine.tier_events()).dump() + "\n");
 }
 
 /// The last line of a run, on stderr (stdout stays the workflow's text): what the engine computed and
@@ -213,7 +214,7 @@ void run_run(const RunOptions& o) {
     options.hooks = [&](size_t) { return hooks; };
     outcomes = exec::run_instances(workflow, engine, {arguments}, options);
     if (outcomes[0].error) {
-      write_outputs(workflow, o, lm.model->file().path(), rows, outcomes, engine.tier_stats());  // marked incomplete
+      write_outputs(workflow, o, lm.model->file().path(), rows, outcomes, engine);  // marked incomplete
       std::rethrow_exception(outcomes[0].error);
     }
     if (workflow.output)
@@ -255,7 +256,7 @@ void run_run(const RunOptions& o) {
                            : fmt::format("── row {} output\n", rows[i].line))
                 << shown(outcomes[i].result.output) << "\n";
   }
-  write_outputs(workflow, o, lm.model->file().path(), rows, outcomes, engine.tier_stats());
+  write_outputs(workflow, o, lm.model->file().path(), rows, outcomes, engine);
   print_summary(outcomes, lm.model->vocab(), engine.tier_stats());
   if (failed > 0)
     throw InputError(fmt::format("{} of {} rows failed (errors above)", failed, rows.size()),

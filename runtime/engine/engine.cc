@@ -220,7 +220,6 @@ PrefillResult Engine::prefill(const PrefillRequest& request) {
 
 std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest> requests) {
   const double t0 = now_ms();
-  prefetch_due();
   std::vector<PrefillResult> results(requests.size());
   std::vector<Work> works;
   works.reserve(requests.size());
@@ -274,6 +273,7 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
   Held held(store_);
   for (size_t k = 0; k < works.size(); ++k)
     for (const PlacedView& v : works[k].views) hold(v.message, held, &results[work_request[k]].stats);
+  prefetch_due();  // with this batch's parents held: the loads overlap its compute
   // The calls are independent and the kernels batch invariant, so a batch whose new pages would not fit in
   // half of T0 is encoded in parts that do; each part's messages can leave T0 while the next is encoded.
   const size_t part_pages = std::max<size_t>(1, store_.pool().budget_bytes() / store_.pool().page_bytes() / 2);
@@ -324,7 +324,6 @@ static void fill_logprobs(std::span<const float> logits, model::Token chosen, in
 
 std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> requests) {
   const double t0 = now_ms();
-  prefetch_due();
   const size_t n = requests.size();
   std::vector<DecodeResult> results(n);
   std::vector<DecodeLayout> layouts(n);
@@ -347,6 +346,7 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
   Held held(store_);
   for (size_t i = 0; i < n; ++i)
     for (const PlacedView& v : works[i].views) hold(v.message, held, &results[i].stats);
+  prefetch_due();  // with this batch's parents held: the loads overlap its generation
 
   generate(requests, works, results, t0);
 
@@ -500,6 +500,7 @@ void Engine::make_resident(kv::Message& m, CallStats* stats) {
       throw;
     }
     m.host = std::move(copy);
+    record(kv::TierEvent::Kind::Load, 1, m, n * store_.pool().page_bytes(), t0);
     ++tier_stats_.t1_hits;
     tier_stats_.t1_load_bytes += n * store_.pool().page_bytes();
     tier_stats_.t1_load_tokens += m.tokens.size();
@@ -517,6 +518,7 @@ void Engine::make_resident(kv::Message& m, CallStats* stats) {
 void Engine::recompute(kv::Message& m, CallStats* stats) {
   // The encoding is a function of the tokens, their positions and the parents' encodings at their offsets;
   // the kernels are batch invariant, so encoding it again alone gives the bits it had.
+  const double start = now_ms();
   Held parents(store_);
   std::vector<PlacedView> views;
   for (const kv::PlacedParent& p : m.parents) {
@@ -537,6 +539,7 @@ void Engine::recompute(kv::Message& m, CallStats* stats) {
     m.n_encoded = n_tokens;
     throw;
   }
+  record(kv::TierEvent::Kind::Recompute, 0, m, 0, start);
   ++tier_stats_.recomputes;
   tier_stats_.recomputed_tokens += n_tokens;
   if (stats) stats->n_recomputed += n_tokens;
@@ -547,6 +550,7 @@ bool Engine::load_pages_stored(kv::Message& m) {
   // another run, process or `choreo encode`. Keys cover the model, tokens, positions and parents, and the
   // tokens are checked too.
   if (m.key == 0) return false;
+  const double start = now_ms();
   std::optional<Stored> entry = open_stored(m.key);
   if (!entry || entry->meta().tokens != m.tokens || entry->meta().start_pos != m.start_pos) return false;
   bool ok = false;
@@ -565,12 +569,14 @@ bool Engine::load_pages_stored(kv::Message& m) {
     return false;
   }
   const uint64_t bytes = entry->meta().n_pages() * store_.pool().page_bytes();
+  record(kv::TierEvent::Kind::Load, entry->mapped ? 2 : 3, m, bytes, start);
   if (entry->mapped) {
     disk_->touch(m.key);
     ++tier_stats_.t2_hits;
     tier_stats_.t2_load_bytes += bytes;
     tier_stats_.t2_load_tokens += m.tokens.size();
   } else {
+    m.in_t3 = true;
     ++tier_stats_.t3_hits;
     tier_stats_.t3_load_tokens += m.tokens.size();
   }
@@ -634,8 +640,10 @@ void Engine::offload(kv::Message& m) {
   const size_t bytes = n_pages * pool.page_bytes();
   if (m.host.empty() && !m.released && bytes <= host_.budget_bytes() &&
       (host_.fits(bytes) || make_host_room(bytes, m.id))) {
+    const double start = now_ms();
     m.host = kv::HostCopy(host_, n_pages, pool.page_bytes());
     m.pages.download(n_pages, m.host.page(0));
+    record(kv::TierEvent::Kind::Offload, 1, m, bytes, start);
     ++tier_stats_.t1_offloads;
     tier_stats_.t1_offload_bytes += bytes;
   } else if (m.host.empty() && may_write_back(m, bytes)) {
@@ -660,21 +668,30 @@ void Engine::write_through(kv::Message& m) {
   const std::vector<std::byte> host = m.pages.to_host(n_pages);
   std::vector<const std::byte*> pages;
   for (size_t p = 0; p < n_pages; ++p) pages.push_back(host.data() + p * pool.page_bytes());
-  write_back(m, std::move(pages));
+  write_back(m, std::move(pages), kv::TierEvent::Kind::Write);
+}
+
+void Engine::record(kv::TierEvent::Kind kind, int tier, const kv::Message& m, uint64_t bytes, double start_ms,
+                    double end_ms) {
+  constexpr size_t kMaxEvents = size_t(1) << 20;
+  if (tier_events_.size() >= kMaxEvents) return;
+  tier_events_.push_back({kind, tier, m.id, bytes, m.tokens.size(), start_ms, end_ms >= 0 ? end_ms : now_ms()});
 }
 
 bool Engine::may_write_back(const kv::Message& m, size_t bytes) const {
   return disk_ && !m.released && !m.on_disk && m.key != 0 && tier_stats_.t2_write_bytes + bytes <= tiers_.disk_bytes;
 }
 
-void Engine::write_back(kv::Message& m, std::vector<const std::byte*> pages) {
+void Engine::write_back(kv::Message& m, std::vector<const std::byte*> pages, kv::TierEvent::Kind kind) {
   // Write-back to T2: the message's own entry (its ancestors stay in memory, as records at least). An entry
   // the store cannot take (its name held by a directory) leaves the message to be recomputed; a write that
   // fails (a full disk) stops T2 writes for this engine.
   const size_t bytes = pages.size() * store_.pool().page_bytes();
   if (!may_write_back(m, bytes)) return;
+  const double start = now_ms();
   try {
     if (save_entry(m.id, 0, std::move(pages))) {
+      record(kind, 2, m, bytes, start);
       m.on_disk = true;
       ++tier_stats_.t2_writes;
       tier_stats_.t2_write_bytes += bytes;
@@ -779,8 +796,9 @@ bool Engine::save_entry(kv::MessageId id, uint64_t tag, std::vector<const std::b
   return disk_->save(meta, pages);
 }
 
-void Engine::share(const kv::Message& m) {
+void Engine::share(kv::Message& m) {
   if (!remote_ || !remote_->usable() || m.key == 0 || !m.resident()) return;
+  const double start = now_ms();
   const store::EntryMeta meta = entry_meta(m, 0);
   const std::vector<std::byte> host = m.pages.to_host(meta.n_pages());
   std::vector<std::span<const uint8_t>> pages;
@@ -788,6 +806,8 @@ void Engine::share(const kv::Message& m) {
     pages.push_back({reinterpret_cast<const uint8_t*>(host.data()) + i * meta.page_bytes(), meta.page_bytes()});
   const std::vector<uint8_t> entry = store::encode_entry(meta, pages);
   if (remote_->put(m.key, entry)) {
+    m.in_t3 = true;
+    record(kv::TierEvent::Kind::Write, 3, m, entry.size(), start);
     ++tier_stats_.t3_writes;
     tier_stats_.t3_write_bytes += entry.size();
   }
@@ -893,6 +913,7 @@ std::optional<kv::MessageId> Engine::load_stored(uint64_t key, int depth) {
     report_stored(*entry, key, "its tokens and parents do not hash to its content key");
     return std::nullopt;
   }
+  const double start = now_ms();
   kv::Message& m = store_.create();
   m.tokens = meta.tokens;
   m.start_pos = meta.start_pos;
@@ -908,9 +929,11 @@ std::optional<kv::MessageId> Engine::load_stored(uint64_t key, int depth) {
   m.n_encoded = int(m.tokens.size());
   m.on_disk = entry->mapped.has_value();
   store_.publish(m);
+  record(kv::TierEvent::Kind::Load, entry->mapped ? 2 : 3, m, meta.n_pages() * meta.page_bytes(), start);
   if (entry->mapped) {
     disk_->touch(key);
   } else {
+    m.in_t3 = true;
     ++tier_stats_.t3_hits;
     tier_stats_.t3_load_tokens += m.tokens.size();
   }

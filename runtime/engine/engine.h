@@ -105,6 +105,9 @@ class Engine {
   /// scheduler may run other calls first (status-aware scheduling). Running it anyway waits for the load.
   bool loading(const PrefillRequest& request) const;
   bool loading(const DecodeRequest& request) const;
+  /// Every move between tiers and every recomputation so far, in order of completion (for `--trace`; the
+  /// first 2^20 are kept).
+  const std::vector<kv::TierEvent>& tier_events() const { return tier_events_; }
   /// Bytes held in T1 now.
   size_t host_bytes_in_use() const { return host_.bytes_in_use(); }
   /// Bytes written to T2 by eviction so far (bounded by TierSettings::disk_bytes).
@@ -147,7 +150,11 @@ class Engine {
   void offload(kv::Message& m);        // frees m's T0 pages, first copying them to T1 when there is room
   bool make_host_room(size_t bytes, kv::MessageId keep);
   bool may_write_back(const kv::Message& m, size_t bytes) const;
-  void write_back(kv::Message& m, std::vector<const std::byte*> pages);  // to T2, when it has room
+  // To T2, when it has room; recorded as `kind` (Offload: on eviction, Write: write-through).
+  void write_back(kv::Message& m, std::vector<const std::byte*> pages,
+                  kv::TierEvent::Kind kind = kv::TierEvent::Kind::Offload);
+  void record(kv::TierEvent::Kind kind, int tier, const kv::Message& m, uint64_t bytes, double start_ms,
+              double end_ms = -1);
   void write_through(kv::Message& m);  // TierSettings::write_through: to T2 as soon as it is complete
   // The persistent store: see persist() and load().
   // `id` and its ancestors the disk store has no usable entry for, parents first.
@@ -163,13 +170,14 @@ class Engine {
   bool read_stored(const Stored& s, kv::PageList& pages);
   void report_stored(const Stored& s, uint64_t key, std::string_view what);
   store::EntryMeta entry_meta(const kv::Message& m, uint64_t tag) const;
-  void share(const kv::Message& m);  // T3 write-through
+  void share(kv::Message& m);  // T3 write-through
 
   const model::Model& model_;
   kv::HostTier host_;  // before store_: messages' host copies are charged to it
   kv::MessageStore store_;
   kv::TierSettings tiers_;
   kv::TierStats tier_stats_;
+  std::vector<kv::TierEvent> tier_events_;
   Mode mode_;
   int max_batch_;
   int n_ctx_;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <future>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -16,12 +17,14 @@
 namespace choreo::runtime {
 
 struct Engine::Loading {
-  int tier = 0;                             // 1: from T1, 2: from T2
+  int tier = 0;                             // 1: from T1, 2: from T2, 3: from T3
   kv::HostCopy host;                        // T1: the copy being read, held aside so T1 cannot drop it
   std::vector<kernels::Completion> copies;  // T1: one per page
   std::optional<store::MappedEntry> entry;  // T2: the entry the job reads
-  std::future<std::optional<size_t>> job;   // T2: checks and copies every page; the first bad page
+  // T2, T3: reads (T3), checks and copies every page; what was wrong (nullopt: nothing; "": a T3 miss).
+  std::future<std::optional<std::string>> job;
   size_t bytes = 0;
+  double start_ms = 0;  // when the load started (for --trace)
 
   Loading() = default;
   Loading(const Loading&) = delete;
@@ -35,7 +38,7 @@ struct Engine::Loading {
     if (job.valid()) job.wait();
   }
   bool finished() const {
-    if (tier == 2) return job.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    if (tier >= 2) return job.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
     return std::all_of(copies.begin(), copies.end(), [](const kernels::Completion& c) { return c.ready(); });
   }
 };

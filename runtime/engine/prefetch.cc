@@ -1,7 +1,8 @@
 // Prefetch for the KV tiers (docs/store.md "Tiers", KVFlow): before each batch, messages out of T0 that a
 // running workflow will read within TierSettings::prefetch_steps steps are brought back in the background,
-// from T1 (the backend's asynchronous copies) or from T2 (a thread that reads the mapped entry, checks every
-// page's checksum and copies it in). Room is made only by evicting messages needed later than the one
+// from T1 (the backend's asynchronous copies), T2 (a thread that reads the mapped entry, checks every page's
+// checksum and copies it in) or T3 (a thread that reads the value on a Redis connection of its own and checks
+// it as a store entry). Room is made only by evicting messages needed later than the one
 // prefetched. A message being prefetched holds its T0 pages (in use, marked `loading`) until it settles:
 // when a call needs it (the call waits for what is left), when its load has finished by the next batch, or
 // when the page pool needs room. A load that fails (a bad page) leaves the message out of T0 again, and the
@@ -15,6 +16,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/engine/loading.h"
 #include "runtime/store/disk_store.h"
+#include "runtime/store/redis_store.h"
 
 namespace choreo::runtime {
 
@@ -26,6 +28,20 @@ double now_ms() {
 
 /// Prefetches in flight at once (bounded concurrency: each may be a thread reading a file).
 constexpr size_t kMaxPrefetches = 2;
+
+/// Checks every page of an entry's bytes against its checksum and copies it into `pages` (T2 and T3
+/// prefetch jobs); what was wrong, or nullopt.
+std::optional<std::string> copy_entry_pages(std::span<const uint8_t> bytes, const store::ParsedEntry& parsed,
+                                            const std::vector<kernels::PageId>& pages, kernels::Backend& backend) {
+  const size_t page_bytes = parsed.meta.page_bytes();
+  if (parsed.meta.n_pages() != pages.size()) return "another page count";
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (!store::page_intact(bytes, parsed, i))
+      return fmt::format("{} (page {})", store::describe(store::EntryProblem::PageChecksum), i);
+    backend.copy_from_host(bytes.data() + parsed.pages_offset + i * page_bytes, pages[i], {0, page_bytes}).wait();
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -48,7 +64,7 @@ void Engine::prefetch_due() {
   for (kv::MessageId id = 0; id < store_.n_records(); ++id) {
     const kv::Message* m = store_.record_or_null(id);
     if (!m || m->resident() || !m->complete() || m->released || m->key == 0) continue;
-    if (m->host.empty() && !(disk_ && m->on_disk)) continue;  // only T1 and T2 are prefetched
+    if (m->host.empty() && !(disk_ && m->on_disk) && !(remote_ && remote_->usable() && m->in_t3)) continue;
     const std::optional<size_t> steps = step_oracles_.steps_to_execution(id);
     if (steps && *steps <= tiers_.prefetch_steps) due.push_back({*steps, id});
   }
@@ -81,20 +97,23 @@ bool Engine::make_room_for(size_t n_pages, size_t steps) {
 }
 
 bool Engine::start_prefetch(kv::Message& m, size_t steps) {
+  const double start = now_ms();
   kv::PagePool& pool = store_.pool();
   const size_t n_pages = pool.layout().pages_for(m.tokens.size());
   if (!make_room_for(n_pages, steps)) return false;
   auto loading = std::make_unique<Loading>();
-  if (m.host.empty()) {
+  const store::Compatibility expect{model_.fingerprint(), pool.layout()};
+  if (!m.host.empty()) {
+    loading->tier = 1;
+    loading->host = std::move(m.host);
+  } else if (disk_ && m.on_disk) {
     // T2: the entry is opened here (its header checked); its pages are read by the job.
-    const store::Compatibility expect{model_.fingerprint(), pool.layout()};
     std::optional<store::MappedEntry> entry = disk_->open(m.key, expect);
     if (!entry || entry->meta().tokens != m.tokens || entry->meta().start_pos != m.start_pos) return false;
     loading->tier = 2;
     loading->entry = std::move(entry);
   } else {
-    loading->tier = 1;
-    loading->host = std::move(m.host);
+    loading->tier = 3;  // T3: the job reads the value on a connection of its own
   }
   try {
     m.pages.reserve(int(m.tokens.size()));
@@ -103,16 +122,29 @@ bool Engine::start_prefetch(kv::Message& m, size_t steps) {
     if (loading->tier == 1) {
       for (size_t p = 0; p < n_pages; ++p)
         loading->copies.push_back(backend.copy_from_host(loading->host.page(p), m.pages.pages()[p], {0, page_bytes}));
-    } else {
+    } else if (loading->tier == 2) {
       const store::MappedEntry* entry = &*loading->entry;
-      loading->job = std::async(std::launch::async, [entry, pages = m.pages.pages(), &backend, page_bytes]() {
-        const std::span<const uint8_t> bytes = entry->file.bytes();
-        for (size_t i = 0; i < pages.size(); ++i) {
-          if (!store::page_intact(bytes, entry->parsed, i)) return std::optional<size_t>(i);
-          const uint8_t* src = bytes.data() + entry->parsed.pages_offset + i * page_bytes;
-          backend.copy_from_host(src, pages[i], {0, page_bytes}).wait();
+      loading->job = std::async(std::launch::async, [entry, pages = m.pages.pages(), &backend]() {
+        return copy_entry_pages(entry->file.bytes(), entry->parsed, pages, backend);
+      });
+    } else {
+      loading->job = std::async(std::launch::async, [address = remote_->address(), key = m.key, expect,
+                                                     tokens = m.tokens, start_pos = m.start_pos,
+                                                     pages = m.pages.pages(), &backend]() -> std::optional<std::string> {
+        std::optional<std::vector<uint8_t>> bytes;
+        try {
+          store::RedisStore connection(address);
+          bytes = connection.get(key);
+        } catch (const std::exception&) {
+          return "";  // the server went away: a miss; the call reads (or recomputes) it itself
         }
-        return std::optional<size_t>();
+        if (!bytes) return "";
+        const store::ParsedEntry parsed = store::parse_entry(*bytes);
+        store::EntryProblem problem = parsed.problem;
+        if (problem == store::EntryProblem::Ok) problem = store::compatibility_problem(parsed.meta, key, expect);
+        if (problem != store::EntryProblem::Ok) return std::string(store::describe(problem));
+        if (parsed.meta.tokens != tokens || parsed.meta.start_pos != start_pos) return "other tokens";
+        return copy_entry_pages(*bytes, parsed, pages, backend);
       });
     }
   } catch (...) {
@@ -129,6 +161,7 @@ bool Engine::start_prefetch(kv::Message& m, size_t steps) {
     return false;
   }
   loading->bytes = n_pages * pool.page_bytes();
+  loading->start_ms = start;
   m.loading = true;
   ++m.in_use;
   ++tier_stats_.prefetches;
@@ -143,7 +176,7 @@ bool Engine::settle(kv::Message& m, CallStats* stats) {
   std::unique_ptr<Loading> loading = std::move(it->second);
   loading_.erase(it);
   const double t0 = now_ms();
-  std::optional<size_t> bad;
+  std::optional<std::string> bad;
   bool failed = false;
   try {
     if (loading->tier == 1) {
@@ -162,13 +195,17 @@ bool Engine::settle(kv::Message& m, CallStats* stats) {
   --m.in_use;
   if (loading->tier == 1) m.host = std::move(loading->host);
   if (failed || bad) {
-    if (bad) {
-      // Not prefetched again; a call that needs it reads it itself, finds the bad page (counted in t2_bad
-      // then) and recomputes.
-      disk_->report_unusable(m.key, fmt::format("{} (page {})", store::describe(store::EntryProblem::PageChecksum), *bad));
-      m.on_disk = false;
+    // Not prefetched from there again; a call that needs it reads it itself, finds it bad (counted in
+    // t2_bad / t3_bad then) and recomputes. A T3 miss is not bad: the server may have evicted it.
+    if (bad && !bad->empty()) {
+      if (loading->tier == 2)
+        disk_->report_unusable(m.key, *bad);
+      else
+        remote_->report_bad(m.key, *bad);
+      ++tier_stats_.prefetch_bad;
     }
-    ++tier_stats_.prefetch_bad;
+    if (failed) ++tier_stats_.prefetch_bad;
+    if (loading->tier >= 2) (loading->tier == 2 ? m.on_disk : m.in_t3) = false;
     m.pages.clear();
     return false;
   }
@@ -176,12 +213,16 @@ bool Engine::settle(kv::Message& m, CallStats* stats) {
     ++tier_stats_.t1_hits;
     tier_stats_.t1_load_bytes += loading->bytes;
     tier_stats_.t1_load_tokens += m.tokens.size();
-  } else {
+  } else if (loading->tier == 2) {
     disk_->touch(m.key);
     ++tier_stats_.t2_hits;
     tier_stats_.t2_load_bytes += loading->bytes;
     tier_stats_.t2_load_tokens += m.tokens.size();
+  } else {
+    ++tier_stats_.t3_hits;
+    tier_stats_.t3_load_tokens += m.tokens.size();
   }
+  record(kv::TierEvent::Kind::Prefetch, loading->tier, m, loading->bytes, loading->start_ms);
   m.prefetched = true;
   return true;
 }

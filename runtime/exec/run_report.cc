@@ -1,5 +1,7 @@
 #include "runtime/exec/run_report.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <limits>
 #include <map>
@@ -39,12 +41,13 @@ nlohmann::ordered_json run_json(const RunResult& r) {
   return j;
 }
 
-nlohmann::ordered_json trace_json(const std::vector<TracedRun>& runs) {
+nlohmann::ordered_json trace_json(const std::vector<TracedRun>& runs, std::span<const kv::TierEvent> tier_events) {
   double origin = std::numeric_limits<double>::infinity();
   for (const TracedRun& run : runs) {
     for (const MessageRecord& m : run.result->messages) origin = std::min(origin, m.start_ms);
     for (const StepSample& s : run.result->steps) origin = std::min(origin, s.ms);
   }
+  for (const kv::TierEvent& e : tier_events) origin = std::min(origin, e.start_ms);
   auto micros = [&](double ms) { return (ms - origin) * 1000.0; };
 
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
@@ -83,6 +86,25 @@ nlohmann::ordered_json trace_json(const std::vector<TracedRun>& runs) {
                           {"ts", micros(s.ms)},
                           {"pid", pid},
                           {"args", {{"steps", steps ? int64_t(*steps) : int64_t(-1)}}}});
+  }
+  if (!tier_events.empty()) {
+    const size_t pid = runs.size();
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", "KV tiers"}}}});
+    std::map<std::string, int> tracks;
+    for (const kv::TierEvent& e : tier_events) {
+      auto [it, added] = tracks.emplace(kv::track_name(e), int(tracks.size()));
+      if (added)
+        events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", it->second},
+                          {"args", {{"name", it->first}}}});
+      events.push_back({{"name", fmt::format("message {}", e.message)},
+                        {"cat", "tiers"},
+                        {"ph", "X"},
+                        {"ts", micros(e.start_ms)},
+                        {"dur", (e.end_ms - e.start_ms) * 1000.0},
+                        {"pid", pid},
+                        {"tid", it->second},
+                        {"args", {{"message", e.message}, {"tokens", e.tokens}, {"bytes", e.bytes}}}});
+    }
   }
   return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
 }

@@ -45,6 +45,7 @@ struct Message {
   int n_children = 0;                 // published messages encoded over this one (shared prefixes have some)
   bool released = false;              // released by its owner: kept only as a recipe to recompute children
   bool on_disk = false;               // this engine wrote its pages to T2 (the persistent store)
+  bool in_t3 = false;                 // written to or read from T3 (Redis) by this engine
   bool loading = false;               // a prefetch is filling its T0 pages: not readable until it settles
   bool prefetched = false;            // brought to T0 by a prefetch, and not read by a call since
   uint64_t last_use = 0;

@@ -73,4 +73,16 @@ void order_for_eviction(std::vector<EvictionCandidate>& candidates, EvictionPoli
   });
 }
 
+std::string track_name(const TierEvent& e) {
+  const std::string t = "T" + std::to_string(e.tier);
+  switch (e.kind) {
+    case TierEvent::Kind::Offload: return "evict to " + t;
+    case TierEvent::Kind::Write: return "write " + t;
+    case TierEvent::Kind::Load: return t + "->T0";
+    case TierEvent::Kind::Prefetch: return t + "->T0 prefetch";
+    case TierEvent::Kind::Recompute: return "recompute";
+  }
+  return "?";
+}
+
 }  // namespace choreo::kv

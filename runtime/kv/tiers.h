@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -76,6 +77,27 @@ struct TierStats {
   size_t t1_peak_bytes = 0;
   double load_ms = 0;             // time spent loading and recomputing evicted messages
 };
+
+/// One move of a message's KV between tiers, or its recomputation, as `--trace` shows it
+/// (Engine::tier_events). Times are milliseconds on the steady clock the run's messages use.
+struct TierEvent {
+  enum class Kind {
+    Offload,    // to `tier` on eviction (1: T0's pages copied to T1; 2: written to T2 as it left T0 or T1)
+    Write,      // written to `tier` as it was made (2: write-through; 3: Redis)
+    Load,       // `tier` -> T0, by the call that needed it
+    Prefetch,   // `tier` -> T0 in the background, from the start of the load until it settled
+    Recompute,  // encoded again over its parents (no tier held it)
+  };
+  Kind kind = Kind::Load;
+  int tier = 0;
+  MessageId message = 0;
+  uint64_t bytes = 0;
+  size_t tokens = 0;
+  double start_ms = 0;
+  double end_ms = 0;
+};
+/// The name of the trace track an event belongs to, e.g. "evict to T1", "T2->T0 prefetch", "recompute".
+std::string track_name(const TierEvent& e);
 
 /// The T1 budget's accounting; HostCopy charges it.
 class HostTier {

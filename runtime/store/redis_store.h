@@ -44,6 +44,8 @@ class RedisStore {
 
   /// False once the server stopped answering (after the one warning).
   bool usable() const { return context_ != nullptr; }
+  /// The server and password, e.g. for another connection (a connection serves one thread at a time).
+  const RedisAddress& address() const { return address_; }
   std::string where() const;
 
   /// Stores one entry's bytes under its key. False when the server is unusable.

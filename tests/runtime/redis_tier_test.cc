@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -221,6 +222,63 @@ TEST_CASE("redis T3: a server that dies mid-run is a warning, and the run recomp
   CHECK(warnings[0].find("stopped answering") != std::string::npos);
   CHECK_FALSE(redis.usable());
   CHECK(e.tier_stats().t3_writes >= 1);
+}
+
+/// Steps to execution written down per message.
+struct StepsOf final : runtime::StepOracle {
+  std::map<kv::MessageId, size_t> steps;
+  std::optional<size_t> steps_to_execution(kv::MessageId id) const override {
+    auto it = steps.find(id);
+    return it == steps.end() ? std::nullopt : std::optional<size_t>(it->second);
+  }
+};
+
+TEST_CASE("redis T3: an evicted message due soon is prefetched from T3 on a connection of its own, same bits") {
+  const model::Model& m = *testing::stories260k().model;
+  const size_t page = m.kv_layout(16).page_bytes();
+  const runtime::PrefillRequest first{
+      text(m, "Once upon a time there was a little girl named Lily who loved the sea and the sun."), {}};
+  runtime::DecodeRequest r;
+  r.header = text(m, " She");
+  r.max_tokens = 8;
+  r.record_logits = true;
+  std::vector<std::vector<float>> want;
+  {
+    kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(64) << 20);
+    runtime::Engine e(m, pool);
+    r.parents = {{e.prefill(first).id}};
+    want = e.decode(r).logits;
+  }
+  RedisServer server;
+  store::RedisStore redis({"127.0.0.1", server.port(), kPassword});
+  kv::PagePool pool(m.backend(), m.kv_layout(16), 8 * page);
+  runtime::Engine e(m, pool);
+  e.set_remote_store(&redis);
+  kv::TierSettings tiers{0, kv::EvictionPolicy::Workflow, 0};  // nothing below T0 but T3
+  tiers.prefetch_steps = 2;
+  e.set_tiers(tiers);
+  StepsOf oracle;
+  e.step_oracles().add(&oracle);
+  const kv::MessageId a = e.prefill(first).id;  // written through to T3
+  auto filler = [&](int i) {
+    return e.prefill({text(m, fmt::format("Story {}: a dog ran to the park and played with a ball all day.", i)), {}});
+  };
+  for (int i = 0; e.store().get(a).resident(); ++i) {
+    REQUIRE(i < 20);
+    filler(i);
+  }
+  oracle.steps[a] = 1;
+  filler(100);  // its batch starts the prefetch
+  r.parents = {{a}};
+  const runtime::DecodeResult d = e.decode(r);
+  e.step_oracles().remove(&oracle);
+  CHECK(testing::bit_identical(want, d.logits));
+  const kv::TierStats s = e.tier_stats();
+  CHECK(s.prefetches == 1);
+  CHECK(s.prefetch_used == 1);
+  CHECK(s.t3_hits == 1);
+  CHECK(s.recomputes == 0);
+  CHECK(d.stats.n_loaded == int(first.tokens.size()));
 }
 
 TEST_CASE("redis T3: a value corrupted in Redis is detected by its checksums and recomputed") {

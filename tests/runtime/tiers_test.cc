@@ -8,6 +8,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -20,6 +21,7 @@
 
 #include "common/error.h"
 #include "runtime/engine/engine.h"
+#include "runtime/exec/run_report.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/kv/tiers.h"
 #include "runtime/store/disk_store.h"
@@ -505,6 +507,63 @@ TEST_CASE("tiers: prefetch brings a message due soon back from T1 or T2 before i
     }
     e.step_oracles().remove(&w);
   }
+}
+
+TEST_CASE("tiers: every transfer is an event on its tier's trace track, as many as the counters say") {
+  const model::Model& m = *testing::stories260k().model;
+  const size_t page = m.kv_layout(16).page_bytes();
+  testing::ScratchDir dir;
+  store::DiskStore disk(dir.str());
+  kv::PagePool pool(m.backend(), m.kv_layout(16), 8 * page);
+  Engine e(m, pool);
+  e.set_disk_store(&disk);
+  e.set_tiers({4 * page, kv::EvictionPolicy::Lru, size_t(64) << 20});  // T1 for 4 pages, T2 below it
+  const double t_start = exec::clock_ms();
+  std::vector<kv::MessageId> ids;
+  for (int i = 0; i < 12; ++i) ids.push_back(filler(e, i));
+  for (int round = 0; round < 2; ++round) {
+    std::reverse(ids.begin(), ids.end());  // the most recently evicted first: some are still in T1
+    for (kv::MessageId id : ids) {
+      DecodeRequest r;
+      r.header = text(m, " Then");
+      r.parents = {{id}};
+      r.max_tokens = 2;
+      e.decode(r);
+    }
+  }
+  const double t_end = exec::clock_ms();
+  const kv::TierStats s = e.tier_stats();
+  REQUIRE(s.t1_hits > 0);
+  REQUIRE(s.t2_hits > 0);
+  std::map<std::string, uint64_t> count;
+  for (const kv::TierEvent& ev : e.tier_events()) {
+    ++count[kv::track_name(ev)];
+    CHECK(ev.start_ms >= t_start);
+    CHECK(ev.end_ms >= ev.start_ms);
+    CHECK(ev.end_ms <= t_end);
+  }
+  const size_t n_tracks = count.size();
+  CHECK(count["evict to T1"] == s.t1_offloads);
+  CHECK(count["evict to T2"] == s.t2_writes);
+  CHECK(count["T1->T0"] == s.t1_hits);
+  CHECK(count["T2->T0"] == s.t2_hits);
+  CHECK(count["recompute"] == s.recomputes);
+  // In the trace: a "KV tiers" process, a track per kind, one slice per event.
+  const nlohmann::ordered_json trace = exec::trace_json({}, e.tier_events());
+  std::map<int, std::string> track_of;
+  size_t slices = 0;
+  bool process = false;
+  for (const auto& ev : trace["traceEvents"]) {
+    if (ev["name"] == "process_name") process = ev["args"]["name"] == "KV tiers";
+    if (ev["name"] == "thread_name") track_of[ev["tid"].get<int>()] = ev["args"]["name"].get<std::string>();
+    if (ev["ph"] == "X") {
+      ++slices;
+      CHECK(track_of.count(ev["tid"].get<int>()) == 1);
+    }
+  }
+  CHECK(process);
+  CHECK(slices == e.tier_events().size());
+  CHECK(track_of.size() == n_tracks);
 }
 
 TEST_CASE("tiers: T1 copies are charged to its budget and returned when dropped") {
