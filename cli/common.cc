@@ -56,8 +56,12 @@ void add_kv_options(CLI::App& cmd, KvOptions& kv) {
   cmd.add_option("--page-tokens", kv.page_tokens, "tokens per KV page (default 32)")
       ->check(CLI::Range(1, kernels::kMaxPageTokens));
   const auto check_type = [](const std::string& name) -> std::string {
-    if (name == "f32" || name == "f16" || name == "q8_0") return {};
-    return fmt::format("unknown KV cache type '{}'; expected f32, f16 or q8_0", name);
+    try {
+      kernels::parse_kv_type(name);
+      return {};
+    } catch (const InputError& e) {
+      return e.message();
+    }
   };
   cmd.add_option("--cache-type-k", kv.type_k,
                  "KV cache type of keys: f32 (exact, the default), f16 or q8_0 (as llama.cpp's -ctk)")

@@ -646,11 +646,8 @@ void Engine::offload(kv::Message& m) {
     record(kv::TierEvent::Kind::Offload, 1, m, bytes, start);
     ++tier_stats_.t1_offloads;
     tier_stats_.t1_offload_bytes += bytes;
-  } else if (m.host.empty() && may_write_back(m, bytes)) {
-    const std::vector<std::byte> host = m.pages.to_host(n_pages);
-    std::vector<const std::byte*> pages;
-    for (size_t p = 0; p < n_pages; ++p) pages.push_back(host.data() + p * pool.page_bytes());
-    write_back(m, std::move(pages));
+  } else if (m.host.empty()) {
+    write_resident(m, kv::TierEvent::Kind::Offload);
   }
   m.pages.clear();
   ++tier_stats_.t0_evictions;
@@ -661,21 +658,23 @@ void Engine::offload(kv::Message& m) {
 }
 
 void Engine::write_through(kv::Message& m) {
-  if (!tiers_.write_through || !m.complete() || !m.resident()) return;
+  if (tiers_.write_through && m.complete() && m.resident()) write_resident(m, kv::TierEvent::Kind::Write);
+}
+
+void Engine::write_resident(kv::Message& m, kv::TierEvent::Kind kind) {
   const kv::PagePool& pool = store_.pool();
   const size_t n_pages = pool.layout().pages_for(m.tokens.size());
-  if (!may_write_back(m, n_pages * pool.page_bytes())) return;
+  if (!may_write_back(m, n_pages * pool.page_bytes())) return;  // before staging the pages for nothing
   const std::vector<std::byte> host = m.pages.to_host(n_pages);
   std::vector<const std::byte*> pages;
   for (size_t p = 0; p < n_pages; ++p) pages.push_back(host.data() + p * pool.page_bytes());
-  write_back(m, std::move(pages), kv::TierEvent::Kind::Write);
+  write_back(m, std::move(pages), kind);
 }
 
-void Engine::record(kv::TierEvent::Kind kind, int tier, const kv::Message& m, uint64_t bytes, double start_ms,
-                    double end_ms) {
+void Engine::record(kv::TierEvent::Kind kind, int tier, const kv::Message& m, uint64_t bytes, double start_ms) {
   constexpr size_t kMaxEvents = size_t(1) << 20;
   if (tier_events_.size() >= kMaxEvents) return;
-  tier_events_.push_back({kind, tier, m.id, bytes, m.tokens.size(), start_ms, end_ms >= 0 ? end_ms : now_ms()});
+  tier_events_.push_back({kind, tier, m.id, bytes, m.tokens.size(), start_ms, now_ms()});
 }
 
 bool Engine::may_write_back(const kv::Message& m, size_t bytes) const {

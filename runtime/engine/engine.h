@@ -153,9 +153,10 @@ class Engine {
   // To T2, when it has room; recorded as `kind` (Offload: on eviction, Write: write-through).
   void write_back(kv::Message& m, std::vector<const std::byte*> pages,
                   kv::TierEvent::Kind kind = kv::TierEvent::Kind::Offload);
-  void record(kv::TierEvent::Kind kind, int tier, const kv::Message& m, uint64_t bytes, double start_ms,
-              double end_ms = -1);
+  // A tier event of m that started at start_ms and ends now (tier_events()).
+  void record(kv::TierEvent::Kind kind, int tier, const kv::Message& m, uint64_t bytes, double start_ms);
   void write_through(kv::Message& m);  // TierSettings::write_through: to T2 as soon as it is complete
+  void write_resident(kv::Message& m, kv::TierEvent::Kind kind);  // its T0 pages to T2, when it has room
   // The persistent store: see persist() and load().
   // `id` and its ancestors the disk store has no usable entry for, parents first.
   std::vector<kv::MessageId> unstored_ancestry(kv::MessageId id);

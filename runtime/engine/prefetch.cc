@@ -22,10 +22,6 @@ namespace choreo::runtime {
 
 namespace {
 
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 /// Prefetches in flight at once (bounded concurrency: each may be a thread reading a file).
 constexpr size_t kMaxPrefetches = 2;
 
@@ -97,7 +93,7 @@ bool Engine::make_room_for(size_t n_pages, size_t steps) {
 }
 
 bool Engine::start_prefetch(kv::Message& m, size_t steps) {
-  const double start = now_ms();
+  const double start = kv::tier_clock_ms();
   kv::PagePool& pool = store_.pool();
   const size_t n_pages = pool.layout().pages_for(m.tokens.size());
   if (!make_room_for(n_pages, steps)) return false;
@@ -148,14 +144,9 @@ bool Engine::start_prefetch(kv::Message& m, size_t steps) {
       });
     }
   } catch (...) {
-    // No room after all, or no thread to read with: the message stays where it was.
-    if (loading->tier == 1) {
-      for (const kernels::Completion& c : loading->copies) try {
-          c.wait();
-        } catch (...) {
-        }
-      m.host = std::move(loading->host);
-    }
+    // No room after all, or no thread to read with: the message stays where it was. The T1 copy goes back
+    // to it (a move keeps its buffer where the copies in flight read it); the reset waits for them.
+    if (loading->tier == 1) m.host = std::move(loading->host);
     loading.reset();
     m.pages.clear();
     return false;
@@ -175,7 +166,7 @@ bool Engine::settle(kv::Message& m, CallStats* stats) {
   if (it == loading_.end()) return m.resident();
   std::unique_ptr<Loading> loading = std::move(it->second);
   loading_.erase(it);
-  const double t0 = now_ms();
+  const double t0 = kv::tier_clock_ms();
   std::optional<std::string> bad;
   bool failed = false;
   try {
@@ -187,7 +178,7 @@ bool Engine::settle(kv::Message& m, CallStats* stats) {
   } catch (...) {
     failed = true;
   }
-  const double waited = now_ms() - t0;
+  const double waited = kv::tier_clock_ms() - t0;
   tier_stats_.prefetch_wait_ms += waited;
   tier_stats_.load_ms += waited;
   if (stats) stats->load_ms += waited;
