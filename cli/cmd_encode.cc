@@ -22,6 +22,7 @@
 #include "runtime/pml/serve.h"
 #include "runtime/store/cache_dir.h"
 #include "runtime/store/disk_store.h"
+#include "runtime/store/redis_store.h"
 #include "common/terminal_text.h"
 
 namespace choreo::cli {
@@ -34,6 +35,7 @@ struct EncodeOptions {
   int n_threads = 0;
   int cache_mib = 4096;
   KvOptions kv;
+  TierOptions tiers;  // only --redis and --redis-best-effort
   int max_tokens = 128;
   float temperature = 0.0f;
   uint64_t seed = 42;
@@ -102,7 +104,8 @@ int persist_pieces(runtime::Engine& engine, store::DiskStore& disk, const runtim
   return written;
 }
 
-void run_encode(const EncodeOptions& o) {
+void run_encode(EncodeOptions& o) {
+  o.tiers.resolve();
   std::string schema_bytes;
   dsl::pml::Schema schema = dsl::pml::load_schema(o.schema_path, &schema_bytes);
   const uint64_t tag = schema_tag(schema_bytes);
@@ -128,6 +131,9 @@ void run_encode(const EncodeOptions& o) {
                  store::configured_authenticator(o.store_key_file));
     engine.set_disk_store(&*disk);  // prefills look there first; we persist below, with the schema's tag
   }
+  // T3: pieces are looked up there after the disk store, and every piece computed is written to it.
+  std::unique_ptr<store::RedisStore> redis = open_redis(o.tiers);
+  if (redis) engine.set_remote_store(redis.get());
   runtime::pml::EncodedSchema enc = runtime::pml::encode_schema(engine, schema);
   print_layout(enc);
   if (disk) {
@@ -136,6 +142,11 @@ void run_encode(const EncodeOptions& o) {
     const int written = persist_pieces(engine, *disk, enc, tag);
     std::printf("store %s: %d tokens computed, %d loaded from the store; %d entries written (tag %s)\n",
                 disk->dir().c_str(), enc.n_computed, loaded, written, store::key_hex(tag).c_str());
+  }
+  if (redis) {
+    const kv::TierStats t = engine.tier_stats();
+    fmt::print("redis {}: {} pieces written, {} loaded ({} tokens)\n", o.tiers.redis, t.t3_writes, t.t3_hits,
+               t.t3_load_tokens);
   }
   if (!prompt) return;
   runtime::pml::ServeOptions serve;
@@ -170,6 +181,7 @@ void register_encode(CLI::App& app) {
   cmd->add_option("-s,--seed", o->seed, "sampling seed");
   cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget in MiB (default 4096)")->check(at_least(1));
   add_kv_options(*cmd, o->kv);
+  add_redis_options(*cmd, o->tiers);
   cmd->add_option(
       "--cache-dir", o->cache_dir,
       "persistent store directory (default: $CHOREO_CACHE_DIR, else the XDG cache; docs/store.md)");

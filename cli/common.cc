@@ -84,7 +84,11 @@ kv::TierSettings TierOptions::tiers() const {
 void TierOptions::resolve() {
   const std::optional<kv::TierConfig> c = kv::read_tier_config(kv::tier_config_path());
   if (!c) return;
-  auto unset = [&](const char* flag) { return !app || app->count(flag) == 0; };
+  // A flag the subcommand does not have (encode has only the Redis ones) takes the file's value.
+  auto unset = [&](const char* flag) {
+    const CLI::Option* option = app ? app->get_option_no_throw(flag) : nullptr;
+    return !option || option->count() == 0;
+  };
   if (c->cache_mib && unset("--cache-mib")) cache_mib = int(*c->cache_mib);
   if (c->host_cache_mib && unset("--host-cache-mib")) host_cache_mib = int(*c->host_cache_mib);
   if (c->disk_cache_mib && unset("--disk-cache-mib")) disk_cache_mib = int(*c->disk_cache_mib);
@@ -93,6 +97,15 @@ void TierOptions::resolve() {
   if (c->redis_best_effort && unset("--redis-best-effort")) redis_best_effort = *c->redis_best_effort;
   if (c->prefetch_steps && unset("--prefetch-steps")) prefetch_steps = int(*c->prefetch_steps);
   if (c->write_through && unset("--write-through")) write_through = *c->write_through;
+}
+
+void add_redis_options(CLI::App& cmd, TierOptions& cache) {
+  cache.app = &cmd;
+  cmd.add_option("--redis", cache.redis,
+                 "T3: share encodings through this Redis server (host:port; password from "
+                 "$CHOREO_REDIS_PASSWORD): computed prefills are written to it, and misses read from it");
+  cmd.add_flag("--redis-best-effort", cache.redis_best_effort,
+               "when the Redis server cannot be used at start-up, warn and run without it");
 }
 
 void add_tier_options(CLI::App& cmd, TierOptions& cache) {
@@ -108,11 +121,7 @@ void add_tier_options(CLI::App& cmd, TierOptions& cache) {
                  "T2 KV budget in MiB: pages evicted from T0 that T1 has no room for are written to the "
                  "persistent store (--cache-dir) and read back from it (default 0: the store is only read)")
       ->check(at_least(0));
-  cmd.add_option("--redis", cache.redis,
-                 "T3: share encodings through this Redis server (host:port; password from "
-                 "$CHOREO_REDIS_PASSWORD): computed prefills are written to it, and misses read from it");
-  cmd.add_flag("--redis-best-effort", cache.redis_best_effort,
-               "when the Redis server cannot be used at start-up, warn and run without it");
+  add_redis_options(cmd, cache);
   cmd.add_option("--evict", cache.evict,
                  "eviction policy: workflow (default; KVFlow: the message read the most steps from now goes "
                  "first) or lru")

@@ -73,6 +73,8 @@ struct TierOptions {
   kv::TierSettings tiers() const;
 };
 void add_tier_options(CLI::App& cmd, TierOptions& cache);
+/// Adds only `--redis` and `--redis-best-effort` (part of add_tier_options), for commands with no tiers but T3.
+void add_redis_options(CLI::App& cmd, TierOptions& cache);
 /// Connects to the T3 server of `--redis` (null without one). A server that cannot be used is an InputError,
 /// or with --redis-best-effort a warning and null. Mid-run failures are warnings (runtime/store/redis_store.h).
 std::unique_ptr<store::RedisStore> open_redis(const TierOptions& options);

@@ -21,10 +21,12 @@ cache when it is opened ($CHOREO_STORE_COLD_READS=1), so T2 loads read the disk.
 neighbour process (one busy thread) beside every run. The configurations take turns within each of the r
 rounds. Each figure is the mean over the rounds with the per-round range; "vs lru-recomp" is the ratio of the
 means; "turns s" is the time of every call but the first prefill of the prompts (what the tiers decide).
+Peak RSS is the largest over the rounds, from /usr/bin/time -v.
 """
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -65,9 +67,10 @@ def run(choreo, model, row, args, extra):
 
 
 def run_once(choreo, model, row, args, extra, env):
-    with tempfile.NamedTemporaryFile(suffix=".json") as js, tempfile.TemporaryDirectory() as store:
-        # A fresh store per run: T2 holds only what this run evicted.
-        cmd = [choreo, "run", os.path.join(ROOT, "benchmarks", "workflows", "kvflow.yaml"), "-m", model,
+    with tempfile.NamedTemporaryFile(suffix=".json") as js, tempfile.NamedTemporaryFile(suffix=".txt") as tv, \
+            tempfile.TemporaryDirectory() as store:
+        # A fresh store per run: T2 holds only what this run evicted. Peak RSS from /usr/bin/time -v.
+        cmd = ["/usr/bin/time", "-v", "-o", tv.name, choreo, "run", os.path.join(ROOT, "benchmarks", "workflows", "kvflow.yaml"), "-m", model,
                "--inputs", row, "--param", f"agents={args.agents}", "--param", f"rounds={args.rounds}",
                "-t", str(args.threads), "--json", js.name] + extra
         cmd += ["--cache-dir", os.path.join(store, "s")] if "--disk-cache-mib" in extra else ["--no-store"]
@@ -77,12 +80,14 @@ def run_once(choreo, model, row, args, extra, env):
         if p.returncode != 0:
             sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr}")
         doc = json.load(open(js.name))
+        rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(tv.name).read()).group(1))
     inst = doc["instances"][0]
     outs = [m["text"] for m in inst["messages"] if m["kind"] == "decode"]
     prompt_tokens = [m["n_computed"] for m in inst["messages"] if m["name"].startswith("prompt[")]
     first_prefill_ms = sum(m["total_ms"] for m in inst["messages"] if m["name"].startswith("prompt["))
     tiers = dict(doc["tiers"])
     tiers["turns_s"] = wall - first_prefill_ms / 1000
+    tiers["rss_mib"] = rss_kb / 1024
     return wall, tiers, outs, prompt_tokens
 
 
@@ -143,6 +148,7 @@ def main():
     walls = {c: [] for c in configs}
     turn_times = {c: [] for c in configs}
     last = {}
+    rss = {c: 0.0 for c in configs}
     for r in range(args.repeat):
         order = list(configs) if r % 2 == 0 else list(reversed(configs))
         for c in order:
@@ -152,13 +158,15 @@ def main():
             walls[c].append(wall)
             turn_times[c].append(tiers["turns_s"])
             last[c] = tiers
+            rss[c] = max(rss[c], tiers["rss_mib"])
             print(f"  round {r + 1} {c}: {wall:.1f} s (turns {tiers['turns_s']:.1f} s)", file=sys.stderr, flush=True)
     base_name = "lru-recomp" if "lru-recomp" in walls else next(iter(walls))
     base = statistics.mean(walls[base_name])
     print()
     print(f"| configuration | end-to-end s (mean, range) | vs {base_name} | turns s (mean, range) | T0 evictions | "
-          "T1 / T2 loads | prefetches (used, wasted; wait ms) | recomputed tokens | peak T0 / T1 MiB | T2 written MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "T1 / T2 loads | prefetches (used, wasted; wait ms) | recomputed tokens | peak T0 / T1 MiB | T2 written MiB | "
+          "peak RSS MiB (max) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for c in configs:
         m = statistics.mean(walls[c])
         t = last[c]
@@ -167,7 +175,8 @@ def main():
               f"{statistics.mean(turns):.1f} ({min(turns):.1f}-{max(turns):.1f}) | {t['t0_evictions']} | "
               f"{t['t1_hits']} / {t['t2_hits']} | {t.get('prefetches', 0)} ({t.get('prefetch_used', 0)}, "
               f"{t.get('prefetch_wasted', 0)}; {t.get('prefetch_wait_ms', 0):.0f}) | {t['recomputed_tokens']} | "
-              f"{t['t0_peak_bytes'] / 2**20:.0f} / {t['t1_peak_bytes'] / 2**20:.0f} | {t['t2_write_bytes'] / 2**20:.0f} |")
+              f"{t['t0_peak_bytes'] / 2**20:.0f} / {t['t1_peak_bytes'] / 2**20:.0f} | {t['t2_write_bytes'] / 2**20:.0f} | "
+              f"{rss[c]:.0f} |")
     print(f"\nevery configuration gave the all-fit run's {len(ref_out)} outputs exactly")
 
 

@@ -599,37 +599,41 @@ std::optional<kv::EvictionCandidate> Engine::candidate(kv::MessageId id, const k
   return c;
 }
 
-bool Engine::evict_one() {
+std::vector<kv::EvictionCandidate> Engine::eviction_order(HeldPages* held) {
   std::vector<kv::EvictionCandidate> candidates;
-  size_t held_pages = 0;
-  std::vector<std::string> held;
   for (kv::MessageId id = 0; id < store_.n_records(); ++id) {
     kv::Message* m = store_.record_or_null(id);
     if (!m || !m->resident()) continue;
     std::optional<kv::EvictionCandidate> c;
     const bool movable = m->complete() && m->in_use == 0 && m->pins == 0 && id != bos_;
     if (movable) c = candidate(id, *m);
-    if (!c) {
-      held_pages += m->pages.pages().size();
-      if (held.size() < 6 && id != bos_)
-        held.push_back(fmt::format("message {}{} ({} tokens{})", id,
-                                   m->agent.empty() ? "" : fmt::format(" of agent '{}'", m->agent),
-                                   m->tokens.size(), movable || m->pins > 0 ? ", pinned" : ""));
-      continue;
+    if (c) {
+      candidates.push_back(*c);
+    } else if (held) {
+      held->pages += m->pages.pages().size();
+      if (held->messages.size() < 6 && id != bos_)
+        held->messages.push_back(fmt::format("message {}{} ({} tokens{})", id,
+                                             m->agent.empty() ? "" : fmt::format(" of agent '{}'", m->agent),
+                                             m->tokens.size(), movable || m->pins > 0 ? ", pinned" : ""));
     }
-    candidates.push_back(*c);
   }
+  kv::order_for_eviction(candidates, tiers_.policy);
+  return candidates;
+}
+
+bool Engine::evict_one() {
+  HeldPages held;
+  const std::vector<kv::EvictionCandidate> candidates = eviction_order(&held);
   if (candidates.empty() && settle_one()) return true;  // a prefetch held pages: settled, it can go now
   if (candidates.empty()) {
     const kv::PagePool& pool = store_.pool();
     throw InputError(
         fmt::format("KV cache budget (T0) of {:.1f} MiB cannot hold what the running calls need: {} pages of "
                     "{:.2f} MiB are in use or pinned{}{}",
-                    pool.budget_bytes() / 1048576.0, held_pages, pool.page_bytes() / 1048576.0,
-                    held.empty() ? "" : ", by ", fmt::join(held, ", ")),
+                    pool.budget_bytes() / 1048576.0, held.pages, pool.page_bytes() / 1048576.0,
+                    held.messages.empty() ? "" : ", by ", fmt::join(held.messages, ", ")),
         "raise the cache budget (--cache-mib), pin fewer messages, or give the calls fewer or shorter parents");
   }
-  kv::order_for_eviction(candidates, tiers_.policy);
   offload(store_.record(candidates.front().id));
   return true;
 }
@@ -857,11 +861,9 @@ std::optional<Engine::Stored> Engine::open_stored(uint64_t key) {
   std::optional<std::vector<uint8_t>> bytes = remote_->get(key);
   if (!bytes) return std::nullopt;
   s.bytes = std::move(*bytes);
-  s.parsed = store::parse_entry(s.bytes);
-  store::EntryProblem problem = s.parsed.problem;
-  if (problem == store::EntryProblem::Ok) problem = store::compatibility_problem(s.parsed.meta, key, expect);
-  if (problem != store::EntryProblem::Ok) {
-    remote_->report_bad(key, store::describe(problem));
+  s.parsed = store::parse_entry_for(s.bytes, key, expect);
+  if (s.parsed.problem != store::EntryProblem::Ok) {
+    remote_->report_bad(key, store::describe(s.parsed.problem));
     ++tier_stats_.t3_bad;
     return std::nullopt;
   }

@@ -147,6 +147,13 @@ class Engine {
   bool evict_one();                    // the page pool's reclaimer
   // What the eviction order knows of a message; nullopt when a running workflow pins it.
   std::optional<kv::EvictionCandidate> candidate(kv::MessageId id, const kv::Message& m) const;
+  // The resident messages T0 could evict now, in the policy's order (the first goes first). The ones that
+  // must stay (in use, pinned) are counted in `held` when given, for the error of a pool that cannot fit.
+  struct HeldPages {
+    size_t pages = 0;
+    std::vector<std::string> messages;  // the first few, described
+  };
+  std::vector<kv::EvictionCandidate> eviction_order(HeldPages* held);
   void offload(kv::Message& m);        // frees m's T0 pages, first copying them to T1 when there is room
   bool make_host_room(size_t bytes, kv::MessageId keep);
   bool may_write_back(const kv::Message& m, size_t bytes) const;

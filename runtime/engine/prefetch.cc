@@ -25,17 +25,18 @@ namespace {
 /// Prefetches in flight at once (bounded concurrency: each may be a thread reading a file).
 constexpr size_t kMaxPrefetches = 2;
 
-/// Checks every page of an entry's bytes against its checksum and copies it into `pages` (T2 and T3
+/// Checks every page of an entry's bytes against its checksum, then copies them into `pages` (T2 and T3
 /// prefetch jobs); what was wrong, or nullopt.
 std::optional<std::string> copy_entry_pages(std::span<const uint8_t> bytes, const store::ParsedEntry& parsed,
                                             const std::vector<kernels::PageId>& pages, kernels::Backend& backend) {
-  const size_t page_bytes = parsed.meta.page_bytes();
   if (parsed.meta.n_pages() != pages.size()) return "another page count";
-  for (size_t i = 0; i < pages.size(); ++i) {
-    if (!store::page_intact(bytes, parsed, i))
-      return fmt::format("{} (page {})", store::describe(store::EntryProblem::PageChecksum), i);
-    backend.copy_from_host(bytes.data() + parsed.pages_offset + i * page_bytes, pages[i], {0, page_bytes}).wait();
-  }
+  if (const std::optional<size_t> bad = store::first_bad_page(bytes, parsed))
+    return fmt::format("{} (page {})", store::describe(store::EntryProblem::PageChecksum), *bad);
+  const size_t page_bytes = parsed.meta.page_bytes();
+  std::vector<kernels::Completion> copies;
+  for (size_t i = 0; i < pages.size(); ++i)
+    copies.push_back(backend.copy_from_host(store::entry_page(bytes, parsed, i), pages[i], {0, page_bytes}));
+  for (const kernels::Completion& c : copies) c.wait();
   return std::nullopt;
 }
 
@@ -76,13 +77,7 @@ bool Engine::make_room_for(size_t n_pages, size_t steps) {
   const size_t need = n_pages * pool.page_bytes();
   if (need > pool.budget_bytes()) return false;
   while (pool.budget_bytes() - pool.bytes_in_use() < need) {
-    std::vector<kv::EvictionCandidate> candidates;
-    for (kv::MessageId id = 0; id < store_.n_records(); ++id) {
-      kv::Message* m = store_.record_or_null(id);
-      if (!m || !m->resident() || !m->complete() || m->in_use > 0 || m->pins > 0 || id == bos_) continue;
-      if (std::optional<kv::EvictionCandidate> c = candidate(id, *m)) candidates.push_back(*c);
-    }
-    kv::order_for_eviction(candidates, tiers_.policy);
+    const std::vector<kv::EvictionCandidate> candidates = eviction_order(nullptr);
     // KVFlow: only what is needed later than the prefetched message (or never) may make room for it.
     if (candidates.empty() || (!candidates.front().released && candidates.front().steps &&
                                *candidates.front().steps <= steps))
@@ -135,10 +130,8 @@ bool Engine::start_prefetch(kv::Message& m, size_t steps) {
           return "";  // the server went away: a miss; the call reads (or recomputes) it itself
         }
         if (!bytes) return "";
-        const store::ParsedEntry parsed = store::parse_entry(*bytes);
-        store::EntryProblem problem = parsed.problem;
-        if (problem == store::EntryProblem::Ok) problem = store::compatibility_problem(parsed.meta, key, expect);
-        if (problem != store::EntryProblem::Ok) return std::string(store::describe(problem));
+        const store::ParsedEntry parsed = store::parse_entry_for(*bytes, key, expect);
+        if (parsed.problem != store::EntryProblem::Ok) return std::string(store::describe(parsed.problem));
         if (parsed.meta.tokens != tokens || parsed.meta.start_pos != start_pos) return "other tokens";
         return copy_entry_pages(*bytes, parsed, pages, backend);
       });

@@ -268,9 +268,8 @@ std::optional<MappedEntry> DiskStore::open(uint64_t key, const Compatibility& ex
     if (failure == MapFailure::Unreadable) report(path, "cannot be opened or mapped");
     return std::nullopt;
   }
-  ParsedEntry parsed = parse_entry(file->bytes());
+  ParsedEntry parsed = parse_entry_for(file->bytes(), key, expect);
   EntryProblem problem = parsed.problem;
-  if (problem == EntryProblem::Ok) problem = compatibility_problem(parsed.meta, key, expect);
   if (problem == EntryProblem::Ok && auth_) problem = check_entry_mac(file->bytes(), parsed, *auth_);
   if (problem != EntryProblem::Ok) {
     report(path, describe(problem));
@@ -290,16 +289,28 @@ EntryProblem compatibility_problem(const EntryMeta& m, uint64_t key, const Compa
   return EntryProblem::Ok;
 }
 
+ParsedEntry parse_entry_for(std::span<const uint8_t> bytes, uint64_t key, const Compatibility& expect) {
+  ParsedEntry parsed = parse_entry(bytes);
+  if (parsed.problem == EntryProblem::Ok) parsed.problem = compatibility_problem(parsed.meta, key, expect);
+  return parsed;
+}
+
+std::optional<size_t> first_bad_page(std::span<const uint8_t> bytes, const ParsedEntry& parsed) {
+  for (size_t i = 0; i < parsed.meta.n_pages(); ++i)
+    if (!page_intact(bytes, parsed, i)) return i;
+  return std::nullopt;
+}
+
+const std::byte* entry_page(std::span<const uint8_t> bytes, const ParsedEntry& parsed, size_t i) {
+  return reinterpret_cast<const std::byte*>(bytes.data() + parsed.pages_offset + i * parsed.meta.page_bytes());
+}
+
 std::optional<size_t> copy_checked_pages(std::span<const uint8_t> bytes, const ParsedEntry& parsed,
                                          kv::PageList& pages) {
-  const EntryMeta& m = parsed.meta;
-  for (size_t i = 0; i < m.n_pages(); ++i)
-    if (!page_intact(bytes, parsed, i)) return i;
-  pages.reserve(int(m.tokens.size()));
-  const size_t page_bytes = m.page_bytes();
+  if (const std::optional<size_t> bad = first_bad_page(bytes, parsed)) return bad;
+  pages.reserve(int(parsed.meta.tokens.size()));
   std::vector<const std::byte*> src;
-  for (size_t i = 0; i < m.n_pages(); ++i)
-    src.push_back(reinterpret_cast<const std::byte*>(bytes.data() + parsed.pages_offset + i * page_bytes));
+  for (size_t i = 0; i < parsed.meta.n_pages(); ++i) src.push_back(entry_page(bytes, parsed, i));
   pages.upload(src);
   return std::nullopt;
 }

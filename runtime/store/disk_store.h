@@ -49,6 +49,16 @@ struct Compatibility {
 /// The same rule for every place entries come from (a store file, a Redis value).
 EntryProblem compatibility_problem(const EntryMeta& meta, uint64_t key, const Compatibility& expect);
 
+/// Parses an entry's bytes (parse_entry) and checks that they can serve `key` for `expect`
+/// (compatibility_problem): `problem` is Ok, or what is wrong. Pages are not checked.
+ParsedEntry parse_entry_for(std::span<const uint8_t> entry, uint64_t key, const Compatibility& expect);
+
+/// The index of the first page of an entry that fails its checksum, or nullopt when every page is intact.
+std::optional<size_t> first_bad_page(std::span<const uint8_t> entry, const ParsedEntry& parsed);
+
+/// Where page `i` of a parsed entry's bytes starts.
+const std::byte* entry_page(std::span<const uint8_t> entry, const ParsedEntry& parsed, size_t i);
+
 /// Checks every page of an entry's bytes against its checksum, then copies them into `pages` (reserving
 /// them). Returns the index of the first page that fails (nothing is copied then), or nullopt when all were
 /// copied.

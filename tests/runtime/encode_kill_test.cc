@@ -5,7 +5,8 @@
 // then that complete runs finish the store (the second computes nothing), and that `cache stat` and `cache
 // gc` leave it consistent. Most kills use the store's test hook CHOREO_STORE_PAUSE_AFTER_PAGE_MS
 // (docs/store.md), which slows each write so that the kill lands inside one; one kill comes at a random time
-// without it.
+// without it. The tiers' kills (issue 11) do the same to `choreo run` while eviction writes to T2, and while
+// a workflow both offloads to T2 and prefetches from it.
 
 #include <doctest/doctest.h>
 #include <fcntl.h>
@@ -267,43 +268,95 @@ TEST_CASE(
   CHECK(computed_and_loaded(after_gc.output) == std::pair<int, int>(0, total_tokens));
 }
 
-TEST_CASE("tiers kill: a run killed while eviction writes to T2 leaves a consistent store, and the run completes after") {
-  // madpar on stories260K with T0 far below its working set: answers leave T0 for the store (T2) as the run
-  // goes. The store's test hook slows each write so that the kill lands inside one.
-  const std::string binary = choreo_binary();
-  const std::string model = testing::shared_file("models/stories260K.gguf");
-  testing::ScratchDir scratch;
-  const fs::path cache = scratch.path / "store";
-  const char* src = std::getenv("CHOREO_SOURCE_DIR");
-  const std::string workflow = (fs::path(src ? src : ".") / "workflows" / "madpar.yaml").string();
-  const std::vector<std::string> base = {binary, "run", workflow, "-m", model, "-t", "1", "--input",
-                                         "problem=What is 2+3?"};
-  std::vector<std::string> tiered = base;
-  for (const char* a : {"--cache-mib", "5", "--disk-cache-mib", "64", "--evict", "lru", "--cache-dir"})
-    tiered.push_back(a);
-  tiered.push_back(cache.string());
-  const std::string log = (scratch.path / "out.txt").string();
-  std::vector<std::string> plain = base;
+/// A tiered `choreo run` killed `kills` times, each time once a T2 write is under way (a temp file exists)
+/// and `k * stagger_ms` later, the store checked after every kill; then run to the end, which must print
+/// what the same run without tiers prints, with each of `expect` in its output (the cache line).
+struct TierKills {
+  std::vector<std::string> run;         // the binary, "run", the workflow and its inputs
+  std::vector<std::string> tier_flags;  // budgets and policy; --cache-dir is added
+  int kills = 3;
+  int pause_ms = 30;                    // CHOREO_STORE_PAUSE_AFTER_PAGE_MS: slows each write
+  int stagger_ms = 10;
+  bool fresh_store = false;             // every killed run starts from an empty store
+  std::vector<std::string> expect;
+};
+
+void check_tier_kills(const TierKills& t, const fs::path& scratch) {
+  const fs::path cache = scratch / "store";
+  std::vector<std::string> tiered = t.run;
+  tiered.insert(tiered.end(), t.tier_flags.begin(), t.tier_flags.end());
+  tiered.insert(tiered.end(), {"--cache-dir", cache.string()});
+  const std::string log = (scratch / "out.txt").string();
+  std::vector<std::string> plain = t.run;
   plain.push_back("--no-store");
   const Run reference = run_to_end(plain, log);
   REQUIRE_MESSAGE(reference.exit_code == 0, reference.output);
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < t.kills; ++round) {
     INFO("kill round ", round);
-    Child child = spawn(tiered, {"CHOREO_STORE_PAUSE_AFTER_PAGE_MS=30"}, log);
-    // Kill once a write is under way (a temp file exists), or after 20 s.
+    if (t.fresh_store) fs::remove_all(cache);
+    Child child = spawn(tiered, {"CHOREO_STORE_PAUSE_AFTER_PAGE_MS=" + std::to_string(t.pause_ms)}, log);
+    // Kill once a write is under way, or after 20 s.
     const auto start = std::chrono::steady_clock::now();
     while (count_files(cache).temps == 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(20))
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    std::this_thread::sleep_for(std::chrono::milliseconds(10 * round));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::this_thread::sleep_for(std::chrono::milliseconds(t.stagger_ms * round));
     ::kill(child.pid, SIGKILL);
     wait_for(child);
     if (fs::exists(cache)) check_store_consistent(cache);
   }
   // A complete run over what the kills left: the same text as a run without tiers.
+  if (t.fresh_store) fs::remove_all(cache);
   const Run done = run_to_end(tiered, log);
   REQUIRE_MESSAGE(done.exit_code == 0, done.output);
-  CHECK(done.output.find("writes to and") != std::string::npos);  // the cache line: T2 was written
+  for (const std::string& e : t.expect) CHECK_MESSAGE(done.output.find(e) != std::string::npos, e);
   check_store_consistent(cache);
   auto text_of = [](const std::string& out) { return out.substr(0, out.find("summary:")); };
   CHECK(text_of(done.output) == text_of(reference.output));
+}
+
+std::string source_file(const std::string& relative) {
+  const char* src = std::getenv("CHOREO_SOURCE_DIR");
+  return (fs::path(src ? src : ".") / relative).string();
+}
+
+TEST_CASE("tiers kill: a run killed while eviction writes to T2 leaves a consistent store, and the run completes after") {
+  // madpar on stories260K with T0 far below its working set: answers leave T0 for the store (T2) as the run
+  // goes. The store's test hook slows each write so that the kill lands inside one.
+  testing::ScratchDir scratch;
+  TierKills t;
+  t.run = {choreo_binary(), "run", source_file("workflows/madpar.yaml"), "-m",
+           testing::shared_file("models/stories260K.gguf"), "-t", "1", "--input", "problem=What is 2+3?"};
+  t.tier_flags = {"--cache-mib", "5", "--disk-cache-mib", "64", "--evict", "lru"};
+  t.expect = {"writes to and"};  // the cache line: T2 was written
+  check_tier_kills(t, scratch.path);
+}
+
+TEST_CASE("tiers kill: a run killed while it offloads to T2 and prefetches from it leaves a consistent store") {
+  // KVFlow's round-robin workflow on stories260K: 8 agents with ~250-token documents, T0 room for about 3.
+  // Workflow eviction writes the prompts read last to T2 and prefetches them back from it before their turns,
+  // so the run moves pages both ways all along; it is killed at staggered moments.
+  testing::ScratchDir scratch;
+  const fs::path rows = scratch.path / "rows.jsonl";
+  {
+    std::ofstream f(rows);
+    f << "{\"docs\": [";
+    for (int k = 0; k < 8; ++k) {
+      f << (k ? ", " : "") << '"';
+      for (int s = 0; s < 12; ++s)
+        f << "Agent " << k << " keeps note " << s << ": the little fox found " << (k * 12 + s) << " red apples. ";
+      f << '"';
+    }
+    f << "]}\n";
+  }
+  TierKills t;
+  t.run = {choreo_binary(), "run", source_file("benchmarks/workflows/kvflow.yaml"), "-m",
+           testing::shared_file("models/stories260K.gguf"), "-t", "1", "--inputs", rows.string(), "--param",
+           "agents=8", "--param", "rounds=2"};
+  t.tier_flags = {"--cache-mib", "1", "--disk-cache-mib", "64", "--evict", "workflow", "--prefetch-steps", "2"};
+  t.kills = 4;
+  t.pause_ms = 3;
+  t.stagger_ms = 40;
+  t.fresh_store = true;
+  t.expect = {" prefetches (", "writes to and"};
+  check_tier_kills(t, scratch.path);
 }

@@ -1,6 +1,7 @@
 // T3, Redis (issue 11): a real redis-server, started here on 127.0.0.1 with a password.
 // - Two processes with different cache directories share one server: the second computes only what the first
 //   did not (its prefills all come from Redis), and prints the same text.
+// - `choreo encode --redis` puts a schema's modules in T3; a second encode with no store loads every piece.
 // - A wrong password, or no server, is a clear error at start-up (exit 2); with --redis-best-effort, a
 //   warning and a run without it.
 // - A server that dies mid-run: a warning, recomputation, the same results.
@@ -151,6 +152,48 @@ TEST_CASE("redis T3: two processes with different cache directories share encodi
   const std::string t3 = "T3 (Redis):  " + server.address() + ": " +
                          std::to_string(first["tiers"]["t3_writes"].get<int>()) + " encodings";
   CHECK(stat.out.find(t3) != std::string::npos);
+}
+
+TEST_CASE("redis T3: choreo encode writes a schema's modules to T3, and another process loads them all from it") {
+  RedisServer server;
+  testing::ScratchDir scratch;
+  const std::string schema = (scratch.path / "tale.pml").string();
+  std::ofstream(schema) << "<schema name=\"tale\">\n  Once upon a time there was a girl.\n  <union>\n"
+                           "    <module name=\"cat\">She saw a cat in the garden.</module>\n"
+                           "    <module name=\"dog\">She saw a dog by the river.</module>\n  </union>\n"
+                           "  <module name=\"rain\">Then it started to rain.</module>\n</schema>\n";
+  const std::string prompt = "<prompt schema=\"tale\"><dog/><rain/> The girl</prompt>";
+  auto encode = [&] {
+    const testing::ProcessResult r = testing::run_process(
+        testing::choreo_binary(),
+        {"encode", schema, "-m", testing::shared_file("models/stories260K.gguf"), "-t", "1", "--no-store", "--redis",
+         server.address(), "-p", prompt, "-n", "12"},
+        scratch.path, {.env = {std::string("CHOREO_REDIS_PASSWORD=") + kPassword}});
+    INFO(r.err);
+    REQUIRE(r.exited);
+    REQUIRE(r.exit_code == 0);
+    return r.out;
+  };
+  // "encoded: N tokens computed, ..." and "redis ADDR: W pieces written, L loaded (T tokens)".
+  auto number_after = [](const std::string& out, const std::string& marker) {
+    const size_t at = out.find(marker);
+    REQUIRE_MESSAGE(at != std::string::npos, marker << " not in:\n" << out);
+    return std::stoi(out.substr(at + marker.size()));
+  };
+  const std::string first = encode(), second = encode();
+  const std::string redis_line = "redis " + server.address() + ": ";
+  const int computed = number_after(first, "encoded: ");
+  CHECK(computed > 0);
+  const int written = number_after(first, redis_line);
+  CHECK(written > 0);
+  CHECK(number_after(second, "encoded: ") == 0);  // every piece came from T3
+  CHECK(number_after(second, redis_line) == 0);
+  CHECK(number_after(second, "pieces written, ") == written);
+  CHECK(number_after(second, "loaded (") == computed);
+  // The prompt served over the loaded modules generates what it did over the computed ones.
+  auto generated = [&](const std::string& out) { return out.substr(out.find('\n', out.find(redis_line))); };
+  CHECK(generated(first).size() > 1);
+  CHECK(generated(first) == generated(second));
 }
 
 TEST_CASE("redis T3: a wrong password or no server is an error at start-up, and best effort warns and runs") {
