@@ -75,7 +75,7 @@ def run_once(choreo, model, row, args, extra, env):
                "-t", str(args.threads), "--json", js.name] + extra
         cmd += ["--cache-dir", os.path.join(store, "s")] if "--disk-cache-mib" in extra else ["--no-store"]
         t0 = time.monotonic()
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env)
         wall = time.monotonic() - t0
         if p.returncode != 0:
             sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr}")
