@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "runtime/engine/loading.h"
 #include "runtime/engine/mode.h"
@@ -18,10 +19,6 @@
 namespace choreo::runtime {
 
 namespace {
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 /// Generated tokens as the text they continue the prompt with: the pieces joined as they are (detokenize
 /// would drop a SentencePiece leading space, which belongs to the continuation here).
@@ -219,7 +216,7 @@ PrefillResult Engine::prefill(const PrefillRequest& request) {
 }
 
 std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest> requests) {
-  const double t0 = now_ms();
+  const double t0 = steady_ms();
   std::vector<PrefillResult> results(requests.size());
   std::vector<Work> works;
   works.reserve(requests.size());
@@ -295,7 +292,7 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
   }
   if (disk_ && persist_prefills_)
     for (Work& w : works) persist(w.msg->id);
-  const double t1 = now_ms();
+  const double t1 = steady_ms();
   for (size_t i = 0; i < requests.size(); ++i) {
     if (work_of[i] != SIZE_MAX) results[i].id = works[work_of[i]].msg->id;
     results[i].stats.ttft_ms = results[i].stats.total_ms = t1 - t0;
@@ -323,7 +320,7 @@ static void fill_logprobs(std::span<const float> logits, model::Token chosen, in
 }
 
 std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> requests) {
-  const double t0 = now_ms();
+  const double t0 = steady_ms();
   const size_t n = requests.size();
   std::vector<DecodeResult> results(n);
   std::vector<DecodeLayout> layouts(n);
@@ -350,7 +347,7 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
 
   generate(requests, works, results, t0);
 
-  const double t1 = now_ms();
+  const double t1 = steady_ms();
   const model::Vocab& vocab = model_.vocab();
   for (size_t i = 0; i < n; ++i) {
     const DecodeRequest& r = requests[i];
@@ -400,7 +397,7 @@ void Engine::generate(std::span<const DecodeRequest> requests, std::vector<Work>
         continue;
       }
       model::Token t = samplers[i].sample(w.logits);
-      if (res.generated.empty()) res.stats.ttft_ms = now_ms() - t0;
+      if (res.generated.empty()) res.stats.ttft_ms = steady_ms() - t0;
       if (r.record_logits) res.logits.push_back(w.logits);
       if (r.logprobs > 0) {
         res.logprobs.emplace_back();
@@ -465,7 +462,7 @@ void Engine::hold(kv::MessageId id, Held& held, CallStats* stats) {
 
 void Engine::make_resident(kv::Message& m, CallStats* stats) {
   m.last_use = store_.tick();
-  m.last_use_ms = kv::tier_clock_ms();
+  m.last_use_ms = steady_ms();
   if (m.loading) settle(m, stats);  // a prefetch in flight: wait for what is left (a failed one: see below)
   if (m.prefetched && m.resident()) {
     m.prefetched = false;
@@ -473,7 +470,7 @@ void Engine::make_resident(kv::Message& m, CallStats* stats) {
     if (stats) stats->n_loaded += int(m.tokens.size());
   }
   if (m.resident() || !m.complete()) return;  // in T0 already, or nothing encoded to bring back
-  const double t0 = now_ms();
+  const double t0 = steady_ms();
   if (!m.host.empty()) {
     // T1 -> T0: a memory copy on the CPU backend. The T1 copy stays (the pages are immutable), so evicting
     // the message again costs nothing.
@@ -510,7 +507,7 @@ void Engine::make_resident(kv::Message& m, CallStats* stats) {
   } else {
     recompute(m, stats);
   }
-  const double dt = now_ms() - t0;
+  const double dt = steady_ms() - t0;
   tier_stats_.load_ms += dt;
   if (stats) stats->load_ms += dt;
 }
@@ -518,7 +515,7 @@ void Engine::make_resident(kv::Message& m, CallStats* stats) {
 void Engine::recompute(kv::Message& m, CallStats* stats) {
   // The encoding is a function of the tokens, their positions and the parents' encodings at their offsets;
   // the kernels are batch invariant, so encoding it again alone gives the bits it had.
-  const double start = now_ms();
+  const double start = steady_ms();
   Held parents(store_);
   std::vector<PlacedView> views;
   for (const kv::PlacedParent& p : m.parents) {
@@ -550,7 +547,7 @@ bool Engine::load_pages_stored(kv::Message& m) {
   // another run, process or `choreo encode`. Keys cover the model, tokens, positions and parents, and the
   // tokens are checked too.
   if (m.key == 0) return false;
-  const double start = now_ms();
+  const double start = steady_ms();
   std::optional<Stored> entry = open_stored(m.key);
   if (!entry || entry->meta().tokens != m.tokens || entry->meta().start_pos != m.start_pos) return false;
   bool ok = false;
@@ -593,7 +590,7 @@ std::optional<kv::EvictionCandidate> Engine::candidate(kv::MessageId id, const k
     c.steps = step_oracles_.steps_to_execution(id);
   if (hint) {
     c.priority = hint->priority;
-    if (hint->ttl_ms && kv::tier_clock_ms() - m.last_use_ms > *hint->ttl_ms) c.released = true;  // expired
+    if (hint->ttl_ms && steady_ms() - m.last_use_ms > *hint->ttl_ms) c.released = true;  // expired
     if (hint->release && !c.steps) c.released = true;  // its workflow will not read it again
   }
   return c;
@@ -644,7 +641,7 @@ void Engine::offload(kv::Message& m) {
   const size_t bytes = n_pages * pool.page_bytes();
   if (m.host.empty() && !m.released && bytes <= host_.budget_bytes() &&
       (host_.fits(bytes) || make_host_room(bytes, m.id))) {
-    const double start = now_ms();
+    const double start = steady_ms();
     m.host = kv::HostCopy(host_, n_pages, pool.page_bytes());
     m.pages.download(n_pages, m.host.page(0));
     record(kv::TierEvent::Kind::Offload, 1, m, bytes, start);
@@ -678,7 +675,7 @@ void Engine::write_resident(kv::Message& m, kv::TierEvent::Kind kind) {
 void Engine::record(kv::TierEvent::Kind kind, int tier, const kv::Message& m, uint64_t bytes, double start_ms) {
   constexpr size_t kMaxEvents = size_t(1) << 20;
   if (tier_events_.size() >= kMaxEvents) return;
-  tier_events_.push_back({kind, tier, m.id, bytes, m.tokens.size(), start_ms, now_ms()});
+  tier_events_.push_back({kind, tier, m.id, bytes, m.tokens.size(), start_ms, steady_ms()});
 }
 
 bool Engine::may_write_back(const kv::Message& m, size_t bytes) const {
@@ -691,7 +688,7 @@ void Engine::write_back(kv::Message& m, std::vector<const std::byte*> pages, kv:
   // fails (a full disk) stops T2 writes for this engine.
   const size_t bytes = pages.size() * store_.pool().page_bytes();
   if (!may_write_back(m, bytes)) return;
-  const double start = now_ms();
+  const double start = steady_ms();
   try {
     if (save_entry(m.id, 0, std::move(pages))) {
       record(kind, 2, m, bytes, start);
@@ -801,7 +798,7 @@ bool Engine::save_entry(kv::MessageId id, uint64_t tag, std::vector<const std::b
 
 void Engine::share(kv::Message& m) {
   if (!remote_ || !remote_->usable() || m.key == 0 || !m.resident()) return;
-  const double start = now_ms();
+  const double start = steady_ms();
   const store::EntryMeta meta = entry_meta(m, 0);
   const std::vector<std::byte> host = m.pages.to_host(meta.n_pages());
   std::vector<std::span<const uint8_t>> pages;
@@ -914,7 +911,7 @@ std::optional<kv::MessageId> Engine::load_stored(uint64_t key, int depth) {
     report_stored(*entry, key, "its tokens and parents do not hash to its content key");
     return std::nullopt;
   }
-  const double start = now_ms();
+  const double start = steady_ms();
   kv::Message& m = store_.create();
   m.tokens = meta.tokens;
   m.start_pos = meta.start_pos;

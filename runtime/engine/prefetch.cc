@@ -12,6 +12,7 @@
 #include <chrono>
 #include <future>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/loading.h"
@@ -88,7 +89,7 @@ bool Engine::make_room_for(size_t n_pages, size_t steps) {
 }
 
 bool Engine::start_prefetch(kv::Message& m, size_t steps) {
-  const double start = kv::tier_clock_ms();
+  const double start = steady_ms();
   kv::PagePool& pool = store_.pool();
   const size_t n_pages = pool.layout().pages_for(m.tokens.size());
   if (!make_room_for(n_pages, steps)) return false;
@@ -159,7 +160,7 @@ bool Engine::settle(kv::Message& m, CallStats* stats) {
   if (it == loading_.end()) return m.resident();
   std::unique_ptr<Loading> loading = std::move(it->second);
   loading_.erase(it);
-  const double t0 = kv::tier_clock_ms();
+  const double t0 = steady_ms();
   std::optional<std::string> bad;
   bool failed = false;
   try {
@@ -171,7 +172,7 @@ bool Engine::settle(kv::Message& m, CallStats* stats) {
   } catch (...) {
     failed = true;
   }
-  const double waited = kv::tier_clock_ms() - t0;
+  const double waited = steady_ms() - t0;
   tier_stats_.prefetch_wait_ms += waited;
   tier_stats_.load_ms += waited;
   if (stats) stats->load_ms += waited;

@@ -19,6 +19,7 @@
 #include "dsl/plan/steps_to_execution.h"
 #include "dsl/pml/prompt_parser.h"
 #include "dsl/pml/schema_parser.h"
+#include "common/clock.h"
 #include "common/input_file.h"
 #include "runtime/exec/calls.h"
 #include "runtime/exec/plan_follower.h"
@@ -115,7 +116,7 @@ class RunSteps final : public runtime::StepOracle {
     std::lock_guard lock(mutex_);
     if (step) clock_.complete(*step);
     StepSample sample;
-    sample.ms = clock_ms();
+    sample.ms = steady_ms();
     sample.completed = step;
     for (const std::string& agent : clock_.agents()) sample.agents.emplace_back(agent, clock_.for_agent(agent));
     return sample;
@@ -305,7 +306,7 @@ class Interpreter : public dsl::plan::Executor {
     std::map<kv::MessageId, std::pair<runtime::CallStats, double>> encoded_now;
     runtime::pml::EncodedSchema encoded = runtime::pml::encode_layout(
         [&](std::vector<runtime::PrefillRequest> requests) {
-          const double start_ms = clock_ms();
+          const double start_ms = steady_ms();
           std::vector<runtime::PrefillResult> results = engine_.prefill_batch(std::move(requests));
           result_.batches.push_back({"prefill", int(results.size())});
           for (const runtime::PrefillResult& r : results)
@@ -351,7 +352,7 @@ class Interpreter : public dsl::plan::Executor {
       r.tokens = tokens;
       r.parents = parents;  // everything before it in the prompt
       r.new_offset = start;
-      const double start_ms = clock_ms();
+      const double start_ms = steady_ms();
       std::vector<runtime::PrefillResult> results = engine_.prefill_batch({r});
       result_.batches.push_back({"prefill", 1});
       return std::make_pair(results.at(0), start_ms);
@@ -363,7 +364,7 @@ class Interpreter : public dsl::plan::Executor {
         stats.start_pos = part.start_pos;
         stats.n_reused = int(part.tokens.size());
         add(encoded.messages[size_t(part.piece)], part.label, part.start_pos, int(part.tokens.size()), piece_text,
-            stats, part.tokens, clock_ms());
+            stats, part.tokens, steady_ms());
       } else {
         auto [result, start_ms] = fresh(part.tokens, part.start_pos);
         add(result.id, part.label, part.start_pos, int(part.tokens.size()), piece_text, result.stats, part.tokens,
@@ -494,7 +495,7 @@ class Interpreter : public dsl::plan::Executor {
       requests.push_back({b.tokens, b.parents, b.new_offset, b.agent,
                           b.is_private ? kv::Visibility::Private : kv::Visibility::Public});
     std::vector<runtime::PrefillResult> results;
-    const double start_ms = clock_ms();
+    const double start_ms = steady_ms();
     try {
       results = engine_.prefill_batch(std::move(requests));
     } catch (const InputError& e) {
@@ -540,7 +541,7 @@ class Interpreter : public dsl::plan::Executor {
       hooks_.on_decode_start(started);
     }
     std::vector<runtime::DecodeResult> results;
-    const double start_ms = clock_ms();
+    const double start_ms = steady_ms();
     try {
       results = engine_.decode_batch(std::move(requests));
     } catch (const InputError& e) {
@@ -585,10 +586,6 @@ class Interpreter : public dsl::plan::Executor {
 };
 
 }  // namespace
-
-double clock_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 RunResult run_workflow(const dsl::Workflow& workflow, CallSink& sink, const RunArguments& arguments,
                        const RunHooks& hooks) {

@@ -43,7 +43,7 @@ struct MessageRecord {
   double load_ms = 0;     ///< time spent on both
   double ttft_ms = 0;
   double total_ms = 0;
-  double start_ms = 0;  ///< when its batch was submitted, on the steady clock (exec::clock_ms())
+  double start_ms = 0;  ///< when its batch was submitted, on the steady clock (steady_ms(), common/clock.h)
   std::vector<std::vector<float>> logits;  ///< decodes with RunHooks::record_logits: each step's logits
 };
 
@@ -56,7 +56,7 @@ struct BatchRecord {
 /// Every agent's steps-to-execution (dsl/plan/steps_to_execution.h) at one moment of a run: before its first
 /// step, and after each plan step completes. `--trace` draws them as one counter track per agent.
 struct StepSample {
-  double ms = 0;                    ///< when, on the steady clock (exec::clock_ms())
+  double ms = 0;                    ///< when, on the steady clock (steady_ms(), common/clock.h)
   std::optional<size_t> completed;  ///< the plan step that just completed (none: before the first)
   std::vector<std::pair<std::string, std::optional<size_t>>> agents;  ///< nullopt: never runs again
 };
@@ -95,9 +95,6 @@ struct RunHooks {
   /// message: each of its pieces).
   std::function<void(size_t plan_batch, const std::vector<kv::MessageId>& created)> on_plan_batch;
 };
-
-/// Milliseconds on the steady clock (the time base of MessageRecord::start_ms).
-double clock_ms();
 
 /// Runs `workflow` once on `engine`. Inputs without a value and unknown or mistyped `--input`/`--param`
 /// keys, expression errors, unsupported constructs (PML prompts, a per-call model other than the loaded

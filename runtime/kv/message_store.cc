@@ -1,5 +1,7 @@
 #include "runtime/kv/message_store.h"
 
+#include "common/clock.h"
+
 #include <cassert>
 
 #include <xxhash.h>
@@ -42,7 +44,7 @@ Message& MessageStore::create() {
   auto msg = std::make_unique<Message>(pool_);
   msg->id = MessageId(messages_.size());
   msg->last_use = tick();
-  msg->last_use_ms = tier_clock_ms();
+  msg->last_use_ms = steady_ms();
   messages_.push_back(std::move(msg));
   ++live_;
   return *messages_.back();

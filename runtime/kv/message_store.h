@@ -49,7 +49,7 @@ struct Message {
   bool loading = false;               // a prefetch is filling its T0 pages: not readable until it settles
   bool prefetched = false;            // brought to T0 by a prefetch, and not read by a call since
   uint64_t last_use = 0;
-  double last_use_ms = 0;             // tier_clock_ms() of the last use (a `ttl` hint counts from it)
+  double last_use_ms = 0;             // steady_ms() of the last use (a `ttl` hint counts from it)
   /// The T1 (host memory) copy of the pages, or empty (runtime/kv/tiers.h).
   HostCopy host;
 

@@ -55,10 +55,6 @@ Retention merged(const Retention& a, const Retention& b) {
   return out;
 }
 
-double tier_clock_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 void order_for_eviction(std::vector<EvictionCandidate>& candidates, EvictionPolicy policy) {
   // Never-read-again sorts as the largest distance.
   auto distance = [](const EvictionCandidate& c) { return c.steps.value_or(SIZE_MAX); };

@@ -165,9 +165,6 @@ struct EvictionCandidate {
   int priority = 0;             // the workflow's `priority:` hint
 };
 
-/// Milliseconds on a steady clock: when messages were last used (for `ttl`).
-double tier_clock_ms();
-
 /// Sorts `candidates` so that the first is evicted first. Released records (and messages whose `ttl`
 /// expired or whose `release` hint applies) always go first; then the lower `priority`; then `lru` orders by
 /// last use, and `workflow` by steps to execution (never-again first, then the most steps), unshared before
