@@ -86,16 +86,6 @@ void run_bench(const BenchOptions& o) {
     results.push_back(summarize(fmt::format("tg{}", o.n_gen), o.n_gen, secs));
   }
 
-  // How OpenMP threads wait between parallel regions decides much of a decode's speed (cli/main.cc), so the
-  // setting goes with the numbers, and a passive policy is pointed out.
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
-  const char* spin = std::getenv("GOMP_SPINCOUNT");
-  const std::string wait_policy = policy ? policy : "default";
-  const std::string spin_count = spin ? spin : "default";
-  if (wait_policy == "passive" || wait_policy == "PASSIVE")
-    std::fprintf(stderr,
-                 "note: OMP_WAIT_POLICY=passive: OpenMP threads sleep at once while waiting, so tg numbers are "
-                 "several times lower than with choreo's default short spin (unset OMP_WAIT_POLICY)\n");
   const auto& f = m.file();
   int64_t n_params = 0;
   for (const auto& t : f.tensors()) n_params += t.n_elements();
@@ -104,7 +94,7 @@ void run_bench(const BenchOptions& o) {
     for (const Result& r : results)
       out.push_back({{"model", f.path()}, {"size_bytes", f.file_size()}, {"n_params", n_params},
                      {"backend", lm.backend->name()}, {"threads", lm.backend->threads()},
-                     {"omp_wait_policy", wait_policy}, {"gomp_spincount", spin_count}, {"test", r.test},
+                     {"test", r.test},
                      {"avg_ts", r.mean_tps}, {"stddev_ts", r.stddev_tps}, {"samples_ts", r.samples}});
     std::printf("%s\n", out.dump(2).c_str());
     return;

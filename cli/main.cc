@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 
@@ -15,23 +14,7 @@
 #include "common/error.h"
 #include "common/input_file.h"
 
-// How long an OpenMP thread spins at the end of a parallel region before it sleeps. A decode step has ~200
-// parallel regions, so threads that sleep at once (OMP_WAIT_POLICY=passive) pay a wake-up each time: SmolLM2
-// tg128 fell from ~270 to 70 tok/s on the idle machine. Threads that never sleep (active) steal the cores
-// other processes need on a busy machine: with two busy processes on the two cores SmolLM2 tg32 ran at 67 and
-// a 1B decode at 8.2 tok/s. A short bounded spin is as fast as active when idle (268 vs 272 tok/s, 29.0 vs
-// 29.3 on the 1B shape) and the fastest when busy (128 and 11.2 tok/s; passive 41 and 9.6). libgomp's own
-// default spins 100 times longer and behaves like active when busy. libgomp reads the environment once, when
-// it is loaded, so the process re-executes itself with GOMP_SPINCOUNT set; a setting the user made of either
-// variable is kept.
-static void choose_openmp_spinning(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
-  setenv("GOMP_SPINCOUNT", "3000", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure; then run with libgomp's default
-}
-
 int main(int argc, char** argv) {
-  choose_openmp_spinning(argv);
   CLI::App app{
       "choreo — LLM inference on a global KV cache of messages (Prompt Choreography), CPU backend.\n"
       "Workflows: run, check, profile, eval; Prompt Cache: encode, cache. See README.md and docs/."};

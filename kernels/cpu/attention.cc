@@ -7,10 +7,9 @@
 #include <limits>
 #include <vector>
 
-#include <omp.h>
-
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/pages.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/quant.h"
 
 namespace choreo::kernels::cpu {
@@ -385,10 +384,12 @@ void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& 
     for (int r = g.q_begin; r < g.q_end; r += kMaxRowsPerTile)
       for (int h = 0; h < kv.n_kv_heads; ++h) tiles.push_back({&g, r, std::min(g.q_end, r + kMaxRowsPerTile), h});
 
-  const int n_threads = omp_get_max_threads();
+  ThreadPool& pool = kernel_pool();
+  const int n_threads = pool.threads();
   if (n_threads == 1 || int(tiles.size()) >= 2 * n_threads) {
-#pragma omp parallel for schedule(dynamic, 1)
-    for (size_t i = 0; i < tiles.size(); ++i) run_tile(tiles[i], layer, q, n_heads, kv, pages, rope, scale, out);
+    pool.parallel_for(int64_t(tiles.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) run_tile(tiles[i], layer, q, n_heads, kv, pages, rope, scale, out);
+    });
     return;
   }
 
@@ -418,8 +419,9 @@ void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& 
   }
   partials.resize(floats);
   for (size_t i = 0; i < parts.size(); ++i) parts[i].partial = partials.data() + offsets[i];
-#pragma omp parallel for schedule(dynamic, 1)
-  for (size_t i = 0; i < parts.size(); ++i) run_tile(parts[i], layer, q, n_heads, kv, pages, rope, scale, out);
+  pool.parallel_for(int64_t(parts.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) run_tile(parts[i], layer, q, n_heads, kv, pages, rope, scale, out);
+  });
 
   const size_t q_stride = size_t(n_heads) * head_dim;
   float total_acc[kMaxHeadDim];

@@ -1,9 +1,9 @@
 // The CPU implementation of kernels::Backend: matrix products from kernels/cpu/matmul, attention and
-// elementwise ops from their own files. Threads are OpenMP's, sized by set_threads.
+// elementwise ops from their own files. Threads are the kernel pool's (thread_pool.h), sized by set_threads.
 
 #include <cstring>
 
-#include <omp.h>
+#include <thread>
 
 #include "kernels/backend.h"
 #include "common/error.h"
@@ -11,6 +11,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pages.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace choreo::kernels {
 
@@ -25,8 +26,8 @@ class CpuBackend final : public Backend {
     if (n_threads > kMaxThreads)
       throw InputError(fmt::format("{} threads requested; the CPU backend takes at most {}", n_threads, kMaxThreads),
                        "use one thread per core (the default), or fewer");
-    n_threads_ = n_threads > 0 ? n_threads : omp_get_num_procs();
-    omp_set_num_threads(n_threads_);
+    n_threads_ = n_threads > 0 ? n_threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    cpu::kernel_pool().set_threads(n_threads_);
   }
   int threads() const override { return n_threads_; }
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include <omp.h>
+#include "kernels/cpu/thread_pool.h"
 
 namespace choreo::kernels::cpu {
 
@@ -28,12 +28,16 @@ static void scale_mul(const float* x, const float* weight, float scale, int dim,
 }
 
 void rmsnorm(const float* x, const float* weight, int n, int dim, float eps, float* out) {
-#pragma omp parallel for schedule(static) if (n > 8)
-  for (int r = 0; r < n; ++r) {
-    const float* xr = x + size_t(r) * dim;
-    float mean = sum_squares(xr, dim) / float(dim);
-    scale_mul(xr, weight, 1.0f / std::sqrt(mean + eps), dim, out + size_t(r) * dim);
-  }
+  const auto rows = [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* xr = x + size_t(r) * dim;
+      float mean = sum_squares(xr, dim) / float(dim);
+      scale_mul(xr, weight, 1.0f / std::sqrt(mean + eps), dim, out + size_t(r) * dim);
+    }
+  };
+  if (n <= 8) return rows(0, n);
+  ThreadPool& pool = kernel_pool();
+  pool.parallel_for(n, pool.grain_for(n), rows);
 }
 
 CHOREO_MULTIVERSION
@@ -46,12 +50,14 @@ static void swiglu_range(const float* gate, const float* up, size_t n, float* ou
 
 void swiglu(const float* gate, const float* up, size_t n, float* out) {
   constexpr size_t kChunk = 4096;
-  size_t n_chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n_chunks > 1)
-  for (size_t c = 0; c < n_chunks; ++c) {
-    size_t b = c * kChunk, e = std::min(n, b + kChunk);
+  const auto n_chunks = int64_t((n + kChunk - 1) / kChunk);
+  const auto chunks = [&](int64_t first, int64_t last) {
+    const size_t b = size_t(first) * kChunk, e = std::min(n, size_t(last) * kChunk);
     swiglu_range(gate + b, up + b, e - b, out + b);
-  }
+  };
+  if (n_chunks <= 1) return chunks(0, n_chunks);
+  ThreadPool& pool = kernel_pool();
+  pool.parallel_for(n_chunks, pool.grain_for(n_chunks), chunks);
 }
 
 CHOREO_MULTIVERSION
@@ -102,13 +108,17 @@ void rotate_head(float* h, const float* c, const float* s, const RopeParams& p) 
 void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const RopeParams& p) {
   double inv_freq[kMaxRopePairs];
   inverse_frequencies(p, inv_freq);
-#pragma omp parallel for schedule(static) if (n > 4)
-  for (int r = 0; r < n; ++r) {
-    float c[kMaxRopePairs], s[kMaxRopePairs];
-    angles_from(pos[r], p.n_dims / 2, inv_freq, c, s);
-    float* row = x + size_t(r) * n_heads * head_dim;
-    for (int h = 0; h < n_heads; ++h) rotate_head(row + size_t(h) * head_dim, c, s, p);
-  }
+  const auto rows = [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float c[kMaxRopePairs], s[kMaxRopePairs];
+      angles_from(pos[r], p.n_dims / 2, inv_freq, c, s);
+      float* row = x + size_t(r) * n_heads * head_dim;
+      for (int h = 0; h < n_heads; ++h) rotate_head(row + size_t(h) * head_dim, c, s, p);
+    }
+  };
+  if (n <= 4) return rows(0, n);
+  ThreadPool& pool = kernel_pool();
+  pool.parallel_for(n, pool.grain_for(n), rows);
 }
 
 }  // namespace choreo::kernels::cpu

@@ -1,9 +1,11 @@
 #include "kernels/cpu/matmul.h"
 
+#include <algorithm>
 #include <cassert>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul_kernels.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/quant.h"
 #include "common/error.h"
 
@@ -41,6 +43,15 @@ void matmul(const Weight& w, const float* x, int n, float* y) {
   }
 }
 
+int64_t matmul_grain(const Weight& w, int64_t n_units, int64_t unit_rows, int n) {
+  constexpr int64_t kMinPieceBytes = 64 << 10;
+  const int64_t threads = kernel_pool().threads();
+  const int64_t unit_bytes = std::max<int64_t>(1, unit_rows * int64_t(w.row_stride) * n);
+  const int64_t pieces = std::clamp<int64_t>(n_units * unit_bytes / kMinPieceBytes, threads, 8 * threads);
+  const int64_t grain = std::max<int64_t>(1, (n_units + pieces - 1) / pieces);
+  return n > 4 ? (grain + 1) / 2 * 2 : grain;  // prefill multiplies panels two at a time
+}
+
 void dequantize_rows(const Weight& w, std::span<const int32_t> rows, float* out) {
   check_weight(w, "embedding lookup");
   for (int32_t row : rows) {
@@ -49,11 +60,15 @@ void dequantize_rows(const Weight& w, std::span<const int32_t> rows, float* out)
     }
   }
   const auto n_rows = static_cast<int64_t>(rows.size());
-#pragma omp parallel for schedule(static) if (n_rows * w.n_in >= (1 << 16))
-  for (int64_t i = 0; i < n_rows; ++i) {
-    const auto* source = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(rows[i]) * w.row_stride;
-    dequantize_row(w.type, source, out + i * w.n_in, w.n_in);
-  }
+  const auto dequantize = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const auto* source = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(rows[i]) * w.row_stride;
+      dequantize_row(w.type, source, out + i * w.n_in, w.n_in);
+    }
+  };
+  if (n_rows * w.n_in < (1 << 16)) return dequantize(0, n_rows);
+  ThreadPool& pool = kernel_pool();
+  pool.parallel_for(n_rows, pool.grain_for(n_rows), dequantize);
 }
 
 }  // namespace choreo::kernels::cpu

@@ -4,7 +4,7 @@
 // Quantised weights (Q8_0, Q4_0, Q4_1) are multiplied as llama.cpp does: each activation row is quantised
 // once per call to 8-bit blocks of 32 (per-block fp32 scale, round to nearest even), and every block pair
 // is an exact integer dot product scaled by both blocks' scales. Float weights (F32, F16, BF16) use fp32
-// FMA. Threads: OpenMP with omp_get_max_threads() (the caller sets omp_set_num_threads). The SIMD level
+// FMA. Threads: the kernel pool's (kernels/cpu/thread_pool.h; the backend sizes it). The SIMD level
 // is chosen at run time (kernels/cpu/cpu_features.h); for quantised weights every level gives bit-identical
 // results, for float weights they differ only by summation order.
 //

@@ -6,13 +6,13 @@
 // cannot saturate, so no offset or correction is needed.
 
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/quant.h"
 
 namespace choreo::kernels::cpu {
@@ -228,25 +228,22 @@ void matmul_quantized(const Weight& w, const float* x, int n, float* y) {
   const size_t block_bytes = panel_block_bytes(has_minimum);
   const int max_columns = 4;
   const int64_t n_panels = (n_out + kPanelRows - 1) / kPanelRows;
-  const int n_threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), n_panels));
 
-  const auto quantize_rows = [&](WorkRange rows) {
-    for (int64_t c = rows.begin; c < rows.end; ++c) {
+  const auto quantize_rows = [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
       quantize_activation_row(x + c * n_in, n_in, x_values + c * n_in, x_blocks + c * n_blocks);
     }
   };
-  const bool quantize_in_team = n > 4;  // a few rows are quicker here than behind one more barrier
-  if (!quantize_in_team) quantize_rows({0, n});
-#pragma omp parallel num_threads(n_threads)
-  {
-    const int thread = omp_get_thread_num(), team = omp_get_num_threads();
+  ThreadPool& pool = kernel_pool();
+  if (n > 4) {  // a few rows are quicker here than shared out at the cost of one more loop
+    pool.parallel_for(n, pool.grain_for(n, 1), quantize_rows);
+  } else {
+    quantize_rows(0, n);
+  }
+  pool.parallel_for(n_panels, matmul_grain(w, n_panels, kPanelRows, n), [&](int64_t begin, int64_t end) {
     auto* buffer =
         reinterpret_cast<uint8_t*>(thread_scratch(ScratchSlot::Panels).reserve(kChunkBlocks * block_bytes));
-    if (quantize_in_team) {
-      quantize_rows(thread_share(n, thread, team));
-#pragma omp barrier
-    }
-    const WorkRange panels = thread_share(n_panels, thread, team);
+    const WorkRange panels{begin, end};
     for (int64_t p = panels.begin; p < panels.end; ++p) {
       ChunkTile tile{};
       tile.panels = buffer;
@@ -283,7 +280,7 @@ void matmul_quantized(const Weight& w, const float* x, int n, float* y) {
         }
       }
     }
-  }
+  });
 }
 
 // ---- float weights ----------------------------------------------------------------------------------
@@ -338,12 +335,10 @@ template <DType T>
 void matmul_float_typed(const Weight& w, const float* x, int n, float* y) {
   constexpr int64_t kUnitRows = 16;  // 64 bytes of output per unit: threads never share a cache line
   const int64_t n_units = (w.n_out + kUnitRows - 1) / kUnitRows;
-  const int n_threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), n_units));
-#pragma omp parallel num_threads(n_threads)
-  {
-    const WorkRange units = thread_share(n_units, omp_get_thread_num(), omp_get_num_threads());
-    const int64_t row_end = std::min(w.n_out, units.end * kUnitRows);
-    for (int64_t row = units.begin * kUnitRows; row < row_end;) {
+  ThreadPool& pool = kernel_pool();
+  pool.parallel_for(n_units, matmul_grain(w, n_units, kUnitRows, n), [&](int64_t begin, int64_t end) {
+    const int64_t row_end = std::min(w.n_out, end * kUnitRows);
+    for (int64_t row = begin * kUnitRows; row < row_end;) {
       const bool four = row + 4 <= row_end;
       int c = 0;
       for (; c + 2 <= n; c += 2)
@@ -351,7 +346,7 @@ void matmul_float_typed(const Weight& w, const float* x, int n, float* y) {
       for (; c < n; ++c) four ? float_tile<T, 4, 1>(w, row, x, c, y) : float_tile<T, 1, 1>(w, row, x, c, y);
       row += four ? 4 : 1;
     }
-  }
+  });
 }
 
 }  // namespace

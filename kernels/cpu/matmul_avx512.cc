@@ -17,13 +17,13 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/quant.h"
 
 namespace choreo::kernels::cpu {
@@ -355,9 +355,10 @@ void multiply_panels(const Weight& w, WorkRange panels, const int8_t* x_values,
       rows[p] = panel_rows(w, first_row);
       tile.row_mask[p] = static_cast<__mmask16>((1u << std::min<int64_t>(kPanelRows, n_out - first_row)) - 1);
     }
+    // Past the end of this thread's range too: the pool hands a thread the pieces of its share in order,
+    // so the rows after its range are usually its next ones.
     const NextRowsPrefetch prefetch(w, std::min(n_out, (p0 + group) * kPanelRows),
-                                    std::min(n_out, std::min(panels.end, p0 + 2 * group) * kPanelRows),
-                                    n_chunks);
+                                    std::min(n_out, (p0 + 2 * group) * kPanelRows), n_chunks);
     for (int64_t chunk = 0; chunk < n_chunks; ++chunk) {
       const int64_t k0 = chunk * kChunkBlocks;
       tile.n_blocks = static_cast<int>(std::min<int64_t>(kChunkBlocks, n_blocks - k0));
@@ -387,27 +388,24 @@ void matmul_quantized(const Weight& w, const float* x, int n, float* y) {
   // interleaved row streams low. Prefill reuses each panel chunk across as many rows as registers allow.
   const int max_panels = n <= 4 ? 1 : 2;
   const int64_t n_panels = (w.n_out + kPanelRows - 1) / kPanelRows;
-  const int n_threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), n_panels));
-  const auto quantize_rows = [&](WorkRange rows) {
-    for (int64_t c = rows.begin; c < rows.end; ++c) {
+  const auto quantize_rows = [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
       quantize_activation_row(x + c * n_in, n_in, correction_per_sum(w.type), x_values + c * n_in,
                               x_blocks + c * n_blocks);
     }
   };
-  // A few rows are quicker to quantise here than to share out at the cost of one more barrier.
-  const bool quantize_in_team = n > 4;
-  if (!quantize_in_team) quantize_rows({0, n});
-#pragma omp parallel num_threads(n_threads)
-  {
-    const int thread = omp_get_thread_num(), team = omp_get_num_threads();
+  ThreadPool& pool = kernel_pool();
+  // A few rows are quicker to quantise here than to share out at the cost of one more loop.
+  if (n > 4) {
+    pool.parallel_for(n, pool.grain_for(n, 1), quantize_rows);
+  } else {
+    quantize_rows(0, n);
+  }
+  pool.parallel_for(n_panels, matmul_grain(w, n_panels, kPanelRows, n), [&](int64_t begin, int64_t end) {
     auto* buffer = reinterpret_cast<uint8_t*>(
         thread_scratch(ScratchSlot::Panels).reserve(max_panels * kChunkBlocks * panel_block_bytes(true)));
-    if (quantize_in_team) {
-      quantize_rows(thread_share(n, thread, team));
-#pragma omp barrier
-    }
-    multiply_panels(w, thread_share(n_panels, thread, team), x_values, x_blocks, n, y, buffer, max_panels);
-  }
+    multiply_panels(w, {begin, end}, x_values, x_blocks, n, y, buffer, max_panels);
+  });
 }
 
 // ---- float weights ----------------------------------------------------------------------------------
@@ -471,12 +469,10 @@ void float_tile(const Weight& w, int64_t row, const float* x, int c0, float* y) 
 template <DType T>
 void matmul_float_typed(const Weight& w, const float* x, int n, float* y) {
   const int64_t n_panels = (w.n_out + kPanelRows - 1) / kPanelRows;
-  const int n_threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), n_panels));
-#pragma omp parallel num_threads(n_threads)
-  {
-    const WorkRange panels = thread_share(n_panels, omp_get_thread_num(), omp_get_num_threads());
-    const int64_t row_end = std::min(w.n_out, panels.end * kPanelRows);
-    for (int64_t row = panels.begin * kPanelRows; row < row_end;) {
+  ThreadPool& pool = kernel_pool();
+  pool.parallel_for(n_panels, matmul_grain(w, n_panels, kPanelRows, n), [&](int64_t begin, int64_t end) {
+    const int64_t row_end = std::min(w.n_out, end * kPanelRows);
+    for (int64_t row = begin * kPanelRows; row < row_end;) {
       const bool four = row + 4 <= row_end;
       int c = 0;
       for (; c + 4 <= n; c += 4)
@@ -484,7 +480,7 @@ void matmul_float_typed(const Weight& w, const float* x, int n, float* y) {
       for (; c < n; ++c) four ? float_tile<T, 4, 1>(w, row, x, c, y) : float_tile<T, 1, 1>(w, row, x, c, y);
       row += four ? 4 : 1;
     }
-  }
+  });
 }
 
 }  // namespace

@@ -25,14 +25,17 @@ struct ActivationBlock {
   int32_t sum;         // Σq
 };
 
-/// A contiguous share [begin, end) of n_units units of work for one thread.
+/// A contiguous range [begin, end) of units of work (panels, rows) that one thread computes.
 struct WorkRange {
   int64_t begin = 0;
   int64_t end = 0;
 };
-inline WorkRange thread_share(int64_t n_units, int thread, int n_threads) {
-  return {n_units * thread / n_threads, n_units * (thread + 1) / n_threads};
-}
+
+/// How many units (panels or rows of `unit_rows` weight rows each) one piece of a matrix product's work
+/// takes from the pool (kernels/cpu/thread_pool.h). Up to 8 pieces per thread, so that a thread held off its
+/// core by another process leaves little for the others to wait on; but none smaller than ~64 KiB of
+/// weights times activation rows, because every claim costs a cache-line transfer between cores.
+int64_t matmul_grain(const Weight& w, int64_t n_units, int64_t unit_rows, int n);
 
 /// The reference activation quantiser: n_in floats (a multiple of 32) to int8 values and per-block data.
 /// correction = correction_per_sum * Σq. The SIMD levels reproduce its output exactly.

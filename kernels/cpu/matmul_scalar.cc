@@ -1,13 +1,13 @@
 // The portable matrix products: the definition the SIMD levels are checked against, and the fallback
 // for processors without AVX2.
 
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/quant.h"
 
 namespace choreo::kernels::cpu {
@@ -71,9 +71,9 @@ void matmul_quantized(const Weight& w, const float* x, int n, float* y) {
     quantize_activation_row_scalar(x + c * n_in, n_in, 0, values + c * n_in, blocks + c * n_blocks);
   }
   const bool has_minimum = w.type == DType::Q4_1;
-#pragma omp parallel
-  {
-    const WorkRange rows = thread_share(w.n_out, omp_get_thread_num(), omp_get_num_threads());
+  ThreadPool& pool = kernel_pool();
+  pool.parallel_for(w.n_out, matmul_grain(w, w.n_out, 1, n), [&](int64_t begin, int64_t end) {
+    const WorkRange rows{begin, end};
     std::byte* row_memory = thread_scratch(ScratchSlot::Panels).reserve(n_in + 2 * n_blocks * sizeof(float));
     auto* scales = reinterpret_cast<float*>(row_memory);
     float* minimums = scales + n_blocks;
@@ -95,7 +95,7 @@ void matmul_quantized(const Weight& w, const float* x, int n, float* y) {
         y[c * w.n_out + r] = acc;
       }
     }
-  }
+  });
 }
 
 float load_float(DType type, const void* row, int64_t i) {
@@ -110,9 +110,9 @@ float load_float(DType type, const void* row, int64_t i) {
 }
 
 void matmul_float(const Weight& w, const float* x, int n, float* y) {
-#pragma omp parallel
-  {
-    const WorkRange rows = thread_share(w.n_out, omp_get_thread_num(), omp_get_num_threads());
+  ThreadPool& pool = kernel_pool();
+  pool.parallel_for(w.n_out, matmul_grain(w, w.n_out, 1, n), [&](int64_t begin, int64_t end) {
+    const WorkRange rows{begin, end};
     std::byte* row_memory = thread_scratch(ScratchSlot::Panels).reserve(w.n_in * sizeof(float));
     auto* row = reinterpret_cast<float*>(row_memory);
     for (int64_t r = rows.begin; r < rows.end; ++r) {
@@ -125,7 +125,7 @@ void matmul_float(const Weight& w, const float* x, int n, float* y) {
         y[c * w.n_out + r] = acc;
       }
     }
-  }
+  });
 }
 
 }  // namespace

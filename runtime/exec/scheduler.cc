@@ -1,6 +1,5 @@
 #include "runtime/exec/scheduler.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -121,8 +120,8 @@ std::vector<std::exception_ptr> BatchScheduler::run(size_t n_jobs, int concurren
   std::vector<std::exception_ptr> errors(n_jobs);
   if (n_jobs == 0) return errors;
   // Never more workers than jobs, and never more than the process limits leave room for (the compute
-  // kernels' OpenMP threads keep theirs); at least one, which this thread could always have run itself.
-  const int room = std::max(thread_room(omp_get_max_threads()), 1);
+  // kernels' threads keep theirs); at least one, which this thread could always have run itself.
+  const int room = std::max(thread_room(engine_.model().backend().threads()), 1);
   const int n_workers = int(std::min(size_t(std::clamp(concurrency, 1, room)), n_jobs));
   std::atomic<size_t> next{0};
   const uint64_t first_scope = engine_.new_prefix_scopes(n_jobs);

@@ -13,7 +13,7 @@ inline constexpr int kMaxConcurrency = 4096;
 /// by RLIMIT_NPROC (unless running as root, whom the kernel exempts; only this process's own threads are
 /// counted against it), by kernel.threads-max and kernel.pid_max (against every task on the machine) and by
 /// the pids.max of this process's cgroups. `reserved` threads of that room are kept for others (the compute
-/// kernels' OpenMP team).
+/// kernels' threads).
 int thread_room(int reserved);
 
 }  // namespace choreo::exec

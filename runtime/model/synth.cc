@@ -12,6 +12,8 @@
 #include <cstring>
 #include <numbers>
 #include <span>
+#include <thread>
+#include <vector>
 
 #include "kernels/quant.h"
 #include "common/error.h"
@@ -275,16 +277,20 @@ gguf::Writer::Fill random_fill(uint64_t tensor_seed, int64_t row_elements, int64
                                float mean, float stddev) {
   return [=](std::span<uint8_t> out) {
     const size_t row_bytes = kernels::row_bytes(type, row_elements);
-#pragma omp parallel
-    {
+    // Every row depends on its index alone, so the rows are shared out over one thread per core.
+    const auto fill_rows = [&](int64_t begin, int64_t end) {
       std::vector<float> values(static_cast<size_t>(row_elements));
-#pragma omp for schedule(static)
-      for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t r = begin; r < end; ++r) {
         random_row(mix64(tensor_seed ^ mix64(static_cast<uint64_t>(r))), mean, stddev, values);
         kernels::quantize_row(type, values.data(), out.data() + static_cast<size_t>(r) * row_bytes,
                               row_elements);
       }
-    }
+    };
+    const int64_t n_threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(rows, 1));
+    std::vector<std::thread> helpers;
+    for (int64_t t = 1; t < n_threads; ++t) helpers.emplace_back(fill_rows, rows * t / n_threads, rows * (t + 1) / n_threads);
+    fill_rows(0, rows / n_threads);
+    for (std::thread& h : helpers) h.join();
   };
 }
 

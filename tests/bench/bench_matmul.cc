@@ -10,7 +10,6 @@
 // Usage: bench_matmul [threads=2] [model filter: smol|1b] [type filter: e.g. Q4_1]
 
 #include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +21,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/quant.h"
 
 namespace {
@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
   const std::string model_filter = argc > 2 ? argv[2] : "";
   const std::string type_filter = argc > 3 ? argv[3] : "";
-  omp_set_num_threads(threads);
+  choreo::kernels::cpu::kernel_pool().set_threads(threads);
   openblas_set_num_threads(threads);
   std::printf("threads %d, SIMD level %s; ratios xN = OpenBLAS sgemm time / our time (higher is better)\n",
               threads,

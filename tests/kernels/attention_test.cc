@@ -8,9 +8,9 @@
 #include <vector>
 
 #include <doctest/doctest.h>
-#include <omp.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/thread_pool.h"
 #include "tests/test_models.h"
 
 namespace choreo {
@@ -125,9 +125,10 @@ void run_case(RopeParams::Layout layout, bool with_factors, uint32_t seed,
 
 TEST_CASE("segment attention with shifts, gaps, overlaps and a causal own segment equals float64 brute force") {
   // One thread: whole tiles. Two threads: few tiles, so each is split over its pages and merged.
-  const int threads_before = omp_get_max_threads();
+  kernels::cpu::ThreadPool& pool = kernels::cpu::kernel_pool();
+  const int threads_before = pool.threads();
   for (int threads : {1, 2}) {
-    omp_set_num_threads(threads);
+    pool.set_threads(threads);
     for (uint32_t seed = 1; seed <= 4; ++seed) {
       run_case(RopeParams::Layout::Interleaved, false, seed);
       run_case(RopeParams::Layout::Halves, false, seed);
@@ -138,7 +139,7 @@ TEST_CASE("segment attention with shifts, gaps, overlaps and a causal own segmen
       run_case(RopeParams::Layout::Interleaved, false, seed, kernels::DType::Q8_0, kernels::DType::F16);
     }
   }
-  omp_set_num_threads(threads_before);
+  pool.set_threads(threads_before);
 }
 
 }  // namespace

@@ -14,7 +14,6 @@
 #include "kernels/cpu/matmul.h"
 
 #include <doctest/doctest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/quant.h"
 #include "common/error.h"
 
@@ -187,17 +187,18 @@ TEST_CASE("matmul matches a float64 reference for every type, SIMD level and sha
 }
 
 TEST_CASE("results do not depend on the number of threads") {
-  const int saved = omp_get_max_threads();
+  kernels::cpu::ThreadPool& pool = kernels::cpu::kernel_pool();
+  const int saved = pool.threads();
   for (DType type : {DType::F16, DType::Q8_0, DType::Q4_1}) {
     const TestWeight t = make_weight(type, 333, 256, 0, 77);
     const auto x = make_activations(9, 256, 78);
-    omp_set_num_threads(1);
+    pool.set_threads(1);
     const auto one = run(t.weight, x, 9);
-    omp_set_num_threads(3);
+    pool.set_threads(3);
     const auto three = run(t.weight, x, 9);
     CHECK(std::memcmp(one.data(), three.data(), one.size() * sizeof(float)) == 0);
   }
-  omp_set_num_threads(saved);
+  pool.set_threads(saved);
 }
 
 // The engine's equivalence guarantees (a message prefilled alone == the same tokens inside a longer prefill)

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds the peer's own benchmark binary, llama.cpp's `llama-bench`, natively from the llama.cpp source that
+# the llama-cpp-python sdist vendors (the same version choreo's Python reference tools use), and caches it
+# next to choreo's venv. Prints the binary's path. Idempotent: a cached binary is reused.
+#
+#   scripts/build_peer.sh            # -> ~/.cache/choreo/peer/llama-cpp-python-0.3.36/bin/llama-bench
+#
+# Needs cmake and a C++ compiler (scripts/setup.sh installs both) and PyPI for the sdist (pip download).
+set -euo pipefail
+
+VERSION=0.3.36
+CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/choreo"
+VENV="$CACHE/venv"
+PEER="$CACHE/peer/llama-cpp-python-$VERSION"
+BIN="$PEER/bin/llama-bench"
+
+if [[ -x "$BIN" ]]; then
+  echo "$BIN"
+  exit 0
+fi
+
+say() { echo "build_peer: $*" >&2; }
+mkdir -p "$PEER"
+PIP="$VENV/bin/pip"
+[[ -x "$PIP" ]] || PIP="python3 -m pip"
+if [[ ! -f "$PEER/llama_cpp_python-$VERSION.tar.gz" ]]; then
+  say "downloading the llama-cpp-python $VERSION sdist"
+  $PIP download -q --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$PEER" >&2
+fi
+SRC="$PEER/src"
+if [[ ! -d "$SRC/vendor/llama.cpp" ]]; then
+  rm -rf "$SRC.partial"
+  mkdir -p "$SRC.partial"
+  tar xzf "$PEER/llama_cpp_python-$VERSION.tar.gz" -C "$SRC.partial" --strip-components=1
+  mv "$SRC.partial" "$SRC"
+fi
+
+# Native: the peer gets every instruction set this CPU has (-march=native), as a user building llama.cpp
+# would. OpenMP on, as llama.cpp's default CPU build.
+say "building llama-bench (a few minutes)"
+cmake -S "$SRC/vendor/llama.cpp" -B "$PEER/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON -DBUILD_SHARED_LIBS=OFF >&2
+cmake --build "$PEER/build" --target llama-bench -j"$(nproc)" >&2
+mkdir -p "$PEER/bin"
+cp "$PEER/build/bin/llama-bench" "$BIN.partial"
+mv "$BIN.partial" "$BIN"
+echo "$BIN"
