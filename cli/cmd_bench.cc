@@ -1,10 +1,14 @@
 // `choreo bench`: prompt-processing and generation speed, measured like llama-bench (random tokens,
-// empty cache per repetition, mean ± standard deviation over repetitions).
+// empty cache per repetition, mean ± standard deviation over repetitions). With -d, every test starts
+// from a cache that already holds that many tokens (llama-bench -d); the depth is encoded once, untimed,
+// and cut back to after each repetition. --parallel measures decode throughput of B sequences decoded
+// together in one batch (as llama.cpp's batched-bench: each first gets --parallel-prompt tokens, untimed).
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 
 #include <fmt/format.h>
@@ -21,7 +25,9 @@ namespace {
 
 struct BenchOptions {
   std::string model_path;
-  int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, batch = 512;
+  int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, batch = 512, n_depth = 0, parallel_prompt = 128;
+  std::vector<int> parallel;
+  KvOptions kv;
   bool json = false;
 };
 
@@ -45,11 +51,18 @@ Result summarize(std::string test, int n_tokens, const std::vector<double>& seco
 void run_bench(const BenchOptions& o) {
   if (o.n_prompt == 0 && o.n_gen == 0)
     throw InputError("nothing to measure: -p and -n are both 0", "give -p N for prompt processing, -n N for generation");
+  if (!o.parallel.empty() && o.n_gen == 0)
+    throw InputError("--parallel measures generation, but -n is 0", "give -n N (tokens each sequence generates)");
   LoadedModel lm = load_model(o.model_path, o.n_threads);
   const model::Model& m = *lm.model;
   const model::Vocab& vocab = m.vocab();
   const int n_vocab = m.config().n_vocab;
-  kv::PagePool pool(m.backend(), m.kv_layout(32), size_t(8) << 30);
+  const int n_ctx = m.config().n_ctx_train;
+  if (o.n_depth + std::max(o.n_prompt, o.n_gen) > n_ctx || o.parallel_prompt + o.n_gen > n_ctx)
+    throw InputError(fmt::format("-d {} with -p {} / -n {} needs more than the model's context of {} tokens",
+                                 o.n_depth, o.n_prompt, o.n_gen, n_ctx),
+                     "lower -d, -p or -n");
+  kv::PagePool pool(m.backend(), o.kv.layout(m), size_t(8) << 30);
   std::mt19937 rng(1234);
   auto random_tokens = [&](int n) {
     std::vector<model::Token> t(n);
@@ -61,29 +74,58 @@ void run_bench(const BenchOptions& o) {
   std::vector<float> logits;
   std::vector<Result> results;
 
+  // The tests' starting cache: empty, or o.n_depth tokens encoded once (untimed).
+  model::Session s(m, pool, o.batch);
+  if (o.n_depth > 0) s.eval(random_tokens(o.n_depth), &logits);
+  const std::string at_depth = o.n_depth > 0 ? fmt::format(" @ d{}", o.n_depth) : "";
   if (o.n_prompt > 0) {
     std::vector<double> secs;
     for (int rep = -1; rep < o.reps; ++rep) {  // rep -1 warms up
-      model::Session s(m, pool, o.batch);
+      s.truncate(o.n_depth);
       std::vector<model::Token> toks = random_tokens(o.n_prompt);
+      if (o.n_depth > 0 && vocab.add_bos()) toks[0] = model::Token(rng() % n_vocab);  // BOS only at the start
       auto t0 = clock::now();
       s.eval(toks, &logits);
       double dt = std::chrono::duration<double>(clock::now() - t0).count();
       if (rep >= 0) secs.push_back(dt);
     }
-    results.push_back(summarize(fmt::format("pp{}", o.n_prompt), o.n_prompt, secs));
+    results.push_back(summarize(fmt::format("pp{}{}", o.n_prompt, at_depth), o.n_prompt, secs));
   }
   if (o.n_gen > 0) {
     std::vector<double> secs;
     for (int rep = -1; rep < o.reps; ++rep) {
-      model::Session s(m, pool, o.batch);
+      s.truncate(o.n_depth);
       std::vector<model::Token> toks = random_tokens(o.n_gen);
+      if (o.n_depth > 0 && vocab.add_bos()) toks[0] = model::Token(rng() % n_vocab);
       auto t0 = clock::now();
       for (int i = 0; i < o.n_gen; ++i) s.eval(std::span<const model::Token>(&toks[i], 1), &logits);
       double dt = std::chrono::duration<double>(clock::now() - t0).count();
       if (rep >= 0) secs.push_back(dt);
     }
-    results.push_back(summarize(fmt::format("tg{}", o.n_gen), o.n_gen, secs));
+    results.push_back(summarize(fmt::format("tg{}{}", o.n_gen, at_depth), o.n_gen, secs));
+  }
+  for (int b : o.parallel) {
+    // B sequences, each with its own parallel_prompt tokens (untimed), then n_gen decode steps of all B
+    // together; the rate counts every sequence's tokens.
+    std::vector<double> secs;
+    for (int rep = -1; rep < o.reps; ++rep) {
+      std::vector<std::unique_ptr<model::Session>> owned;
+      std::vector<model::Session*> seqs;
+      for (int i = 0; i < b; ++i) {
+        owned.push_back(std::make_unique<model::Session>(m, pool, o.batch));
+        seqs.push_back(owned.back().get());
+        if (o.parallel_prompt > 0) seqs.back()->eval(random_tokens(o.parallel_prompt), &logits);
+      }
+      std::vector<model::Token> step(static_cast<size_t>(b), 0);
+      auto t0 = clock::now();
+      for (int i = 0; i < o.n_gen; ++i) {
+        for (auto& t : step) t = model::Token(rng() % n_vocab);
+        model::Session::decode_together(seqs, step, &logits);
+      }
+      double dt = std::chrono::duration<double>(clock::now() - t0).count();
+      if (rep >= 0) secs.push_back(dt);
+    }
+    results.push_back(summarize(fmt::format("tg{} x{}", o.n_gen, b), o.n_gen * b, secs));
   }
 
   const auto& f = m.file();
@@ -94,7 +136,7 @@ void run_bench(const BenchOptions& o) {
     for (const Result& r : results)
       out.push_back({{"model", f.path()}, {"size_bytes", f.file_size()}, {"n_params", n_params},
                      {"backend", lm.backend->name()}, {"threads", lm.backend->threads()},
-                     {"test", r.test},
+                     {"type_k", o.kv.type_k}, {"type_v", o.kv.type_v}, {"n_depth", o.n_depth}, {"test", r.test},
                      {"avg_ts", r.mean_tps}, {"stddev_ts", r.stddev_tps}, {"samples_ts", r.samples}});
     std::printf("%s\n", out.dump(2).c_str());
     return;
@@ -121,6 +163,16 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-n,--n-gen", o->n_gen, "generated tokens (0 = skip)")->check(at_least(0));
   cmd->add_option("-r,--repetitions", o->reps, "repetitions")->check(at_least(1));
   cmd->add_option("-b,--batch-size", o->batch, "micro-batch size for prompt processing")->check(at_least(1));
+  cmd->add_option("-d,--n-depth", o->n_depth, "tokens already in the KV cache when each test starts (llama-bench -d)")
+      ->check(at_least(0));
+  cmd->add_option("--parallel", o->parallel,
+                  "also measure decode throughput of B sequences decoded together, for each B given "
+                  "(e.g. --parallel 1,2,4,8,16)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--parallel-prompt", o->parallel_prompt, "prompt tokens of each --parallel sequence (default 128)")
+      ->check(at_least(0));
+  add_kv_options(*cmd, o->kv);
   cmd->add_flag("--json", o->json, "print JSON instead of a table");
   cmd->callback([o] { run_bench(*o); });
 }

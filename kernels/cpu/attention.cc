@@ -7,6 +7,8 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/attention_kernels.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/pages.h"
 #include "kernels/cpu/thread_pool.h"
@@ -265,6 +267,7 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
   const int ld = kv.page_tokens;
   const size_t q_stride = size_t(n_heads) * head_dim;
 
+  const bool avx512 = simd_level() == SimdLevel::Avx512;
   thread_local TileScratch scratch;
   std::vector<float>& q_base = scratch.q_base;
   std::vector<float>& q_rot = scratch.q_rot;
@@ -324,7 +327,8 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
         int n_keys = std::min(kv.page_tokens, visible_max - t0);
         const PageView page =
             view_page(page_table.get(seg.pages[t0 / kv.page_tokens]), kv, layer, tile.kv_head, n_keys, scratch);
-        scores_tile(qs, nq, page.kt, n_keys, ld, head_dim, scale, s.data());
+        if (!avx512 || !scores_tile_avx512(qs, nq, page.kt, n_keys, ld, head_dim, scale, s.data()))
+          scores_tile(qs, nq, page.kt, n_keys, ld, head_dim, scale, s.data());
         for (int i = 0; i < nq; ++i) {
           float* si = s.data() + size_t(i) * ld;
           int row = row0 + i / heads_per_kv;
@@ -346,7 +350,9 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
           m[i] = mx;
           corr[i] = c;
         }
-        accumulate_tile(acc.data(), corr.data(), s.data(), nq, ld, page.v, page.v_stride, n_keys, head_dim);
+        if (!avx512 || !accumulate_tile_avx512(acc.data(), corr.data(), s.data(), nq, ld, page.v, page.v_stride,
+                                               n_keys, head_dim))
+          accumulate_tile(acc.data(), corr.data(), s.data(), nq, ld, page.v, page.v_stride, n_keys, head_dim);
       }
       if (tile.partial) {  // one chunk: its state goes to the fold in attention()
         std::copy(m.begin(), m.begin() + nq, tile.partial);

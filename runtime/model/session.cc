@@ -1,6 +1,7 @@
 #include "runtime/model/session.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "common/error.h"
 
@@ -12,6 +13,51 @@ Session::Session(const Model& model, kv::PagePool& pool, int max_batch)
 void Session::reset() {
   pages_.clear();
   tokens_.clear();
+}
+
+void Session::truncate(int n_tokens) {
+  if (n_tokens >= 0 && n_tokens < n_past()) tokens_.resize(size_t(n_tokens));
+}
+
+void Session::decode_together(std::span<Session* const> sessions, std::span<const Token> tokens,
+                              std::vector<float>* logits) {
+  if (sessions.empty()) return;
+  if (tokens.size() != sessions.size()) throw std::invalid_argument("decode_together: one token per session");
+  Session& first = *sessions[0];
+  const Model& model = first.model_;
+  for (Session* s : sessions) {
+    if (&s->model_ != &model) throw std::invalid_argument("decode_together: sessions of different models");
+    if (s->n_past() + 1 > s->n_ctx_)
+      throw InputError(fmt::format("context overflow: {} tokens exceed the model's context of {}", s->n_past() + 1,
+                                   s->n_ctx_),
+                       "shorten the prompt or lower -n");
+    s->pages_.reserve(s->n_past() + 1);  // before any span of the pages is taken below
+  }
+  model.check_tokens(tokens);
+  Batch& batch = first.batch_;
+  batch.clear();
+  batch.kv = first.pages_.pool().layout();
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    const Session& s = *sessions[i];
+    const int pos = s.n_past();
+    batch.tokens.push_back(tokens[i]);
+    batch.positions.push_back(pos);
+    batch.kv_page.push_back(s.pages_.page_of(pos));
+    batch.kv_slot.push_back(s.pages_.slot_of(pos));
+    Batch::Group g;
+    g.q_begin = int(i);
+    g.q_end = int(i) + 1;
+    kernels::KvSegment own;
+    own.pages = s.pages_.pages();
+    own.n_tokens = pos + 1;
+    own.causal_base = pos;
+    g.segments.push_back(own);
+    batch.groups.push_back(std::move(g));
+    batch.logit_rows.push_back(int(i));
+  }
+  logits->resize(sessions.size() * size_t(model.config().n_vocab));
+  model.forward(batch, first.state_, logits->data());
+  for (size_t i = 0; i < sessions.size(); ++i) sessions[i]->tokens_.push_back(tokens[i]);
 }
 
 void Session::eval(std::span<const Token> tokens, std::vector<float>* last_logits,

@@ -21,9 +21,17 @@ class Session {
   void eval(std::span<const Token> tokens, std::vector<float>* last_logits,
             std::vector<float>* all_logits = nullptr);
 
+  /// One decode step of several sessions of one model in one batch (parallel decode, as a server runs
+  /// concurrent requests): appends tokens[i] to sessions[i] and writes every session's logits, n_vocab
+  /// floats each, in order. Each session sees only its own tokens.
+  static void decode_together(std::span<Session* const> sessions, std::span<const Token> tokens,
+                              std::vector<float>* logits);
+
   int n_past() const { return int(tokens_.size()); }
   const std::vector<Token>& tokens() const { return tokens_; }
   void reset();
+  /// Forgets every token from position n_tokens on (their pages are kept and later overwritten).
+  void truncate(int n_tokens);
 
  private:
   const Model& model_;

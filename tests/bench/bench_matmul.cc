@@ -8,6 +8,7 @@
 // llama.cpp computes logits of the last prompt token only).
 //
 // Usage: bench_matmul [threads=2] [model filter: smol|1b] [type filter: e.g. Q4_1]
+//        bench_matmul [threads=2] stream     the machine's memory bandwidth (STREAM-like), see stream()
 
 #include <cblas.h>
 
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -190,9 +192,64 @@ int copies_for(double layer_bytes, int n_layers) {
 
 }  // namespace
 
+/// The machine's memory bandwidth with `threads` threads of the kernel pool, STREAM-like: buffers of 512 MiB
+/// (far past any cache), best of 7 passes after a warm-up. "read" sums one buffer (what a decode does to the
+/// weights; bytes read), "copy" copies one into another (STREAM's Copy: bytes read plus bytes written).
+int stream(int threads) {
+  constexpr size_t kFloats = size_t(128) << 20;  // 512 MiB
+  std::vector<float> a(kFloats, 1.0f), b(kFloats, 0.0f);
+  choreo::kernels::cpu::ThreadPool& pool = choreo::kernels::cpu::kernel_pool();
+  constexpr int64_t kPieces = 1024;
+  constexpr size_t kPiece = kFloats / kPieces;
+  std::vector<double> partial(kPieces);
+  const auto best_seconds = [&](auto&& pass) {
+    double best = 1e30;
+    for (int rep = 0; rep < 8; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      pass();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (rep > 0) best = std::min(best, s);
+    }
+    return best;
+  };
+  const double read_s = best_seconds([&] {
+    pool.parallel_for(kPieces, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        const float* v = a.data() + size_t(p) * kPiece;
+        float s[16] = {};
+        for (size_t i = 0; i < kPiece; i += 16)
+          for (int j = 0; j < 16; ++j) s[j] += v[i + j];
+        double total = 0;
+        for (float x : s) total += x;
+        partial[size_t(p)] = total;
+      }
+    });
+  });
+  const double copy_s = best_seconds([&] {
+    pool.parallel_for(kPieces, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p)
+        std::memcpy(b.data() + size_t(p) * kPiece, a.data() + size_t(p) * kPiece, kPiece * sizeof(float));
+    });
+  });
+  double check = 0;
+  for (double x : partial) check += x;
+  if (check != double(kFloats) || b[kFloats - 1] != 1.0f) {
+    std::fprintf(stderr, "stream: wrong results\n");
+    return 1;
+  }
+  const double bytes = double(kFloats) * sizeof(float);
+  std::printf("threads %d: read %.1f GB/s, copy %.1f GB/s (STREAM Copy convention: read + written)\n", threads,
+              bytes / read_s / 1e9, 2 * bytes / copy_s / 1e9);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
   const std::string model_filter = argc > 2 ? argv[2] : "";
+  if (model_filter == "stream") {
+    choreo::kernels::cpu::kernel_pool().set_threads(threads);
+    return stream(threads);
+  }
   const std::string type_filter = argc > 3 ? argv[3] : "";
   choreo::kernels::cpu::kernel_pool().set_threads(threads);
   openblas_set_num_threads(threads);

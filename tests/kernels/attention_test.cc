@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include <doctest/doctest.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/test_models.h"
 
@@ -35,12 +37,19 @@ void rotate64(std::vector<double>& h, double pos, const RopeParams& p) {
   }
 }
 
-void run_case(RopeParams::Layout layout, bool with_factors, uint32_t seed,
-              kernels::DType k_type = kernels::DType::F32, kernels::DType v_type = kernels::DType::F32) {
+struct Shape {
+  int page_tokens = 8, head_dim = 32, n_heads = 6, n_kv_heads = 2, n_q = 5;
+};
+
+/// Attention over three segments against a float64 brute force; returns the output.
+std::vector<float> run_case(RopeParams::Layout layout, bool with_factors, uint32_t seed,
+                            kernels::DType k_type = kernels::DType::F32, kernels::DType v_type = kernels::DType::F32,
+                            Shape shape = {}) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int n_layers = 2, layer = 1, n_kv_heads = 2, n_heads = 6, head_dim = 32;
-  KvLayout kv{8, n_layers, n_kv_heads, head_dim, k_type, v_type};
+  const int n_layers = 2, layer = 1, n_kv_heads = shape.n_kv_heads, n_heads = shape.n_heads,
+            head_dim = shape.head_dim;
+  KvLayout kv{shape.page_tokens, n_layers, n_kv_heads, head_dim, k_type, v_type};
   kv.check();
   std::vector<float> factors(head_dim / 2);
   for (auto& f : factors) f = 1.0f + std::abs(normal(rng));
@@ -51,8 +60,8 @@ void run_case(RopeParams::Layout layout, bool with_factors, uint32_t seed,
   // causal tokens. Pages are the backend's; every slot of every layer gets random keys and values through
   // store_kv (in the layout's types), and the reference reads back what the pages hold.
   struct SegSpec { int n_tokens, delta, causal_base; };
-  const int n_q = 5;
-  std::vector<SegSpec> specs = {{11, 7, -1}, {20, -3, -1}, {9, 40, 4}};  // own: 4 earlier tokens + 5 new
+  const int n_q = shape.n_q;
+  std::vector<SegSpec> specs = {{11, 7, -1}, {70, -3, -1}, {4 + n_q, 40, 4}};  // own: 4 earlier tokens + n_q new
   std::vector<std::vector<kernels::PageId>> seg_pages(specs.size());
   std::vector<std::vector<std::vector<std::byte>>> host(specs.size());  // page images, read back
   std::vector<float> k_rows(size_t(kv.page_tokens) * kv.kv_dim()), v_rows(k_rows.size());
@@ -121,6 +130,7 @@ void run_case(RopeParams::Layout layout, bool with_factors, uint32_t seed,
   CHECK(worst < 1e-4);
   for (const auto& pages : seg_pages)
     for (kernels::PageId page : pages) be.free_page(page);
+  return out;
 }
 
 TEST_CASE("segment attention with shifts, gaps, overlaps and a causal own segment equals float64 brute force") {
@@ -137,6 +147,36 @@ TEST_CASE("segment attention with shifts, gaps, overlaps and a causal own segmen
       run_case(RopeParams::Layout::Interleaved, false, seed, kernels::DType::F16, kernels::DType::F16);
       run_case(RopeParams::Layout::Halves, true, seed, kernels::DType::Q8_0, kernels::DType::Q8_0);
       run_case(RopeParams::Layout::Interleaved, false, seed, kernels::DType::Q8_0, kernels::DType::F16);
+    }
+  }
+  pool.set_threads(threads_before);
+}
+
+TEST_CASE("attention at every SIMD level gives the same bits, on the shapes the AVX-512 inner products take") {
+  using kernels::cpu::SimdLevel;
+  struct Restore {
+    ~Restore() { kernels::cpu::set_simd_level(kernels::cpu::detected_simd_level()); }
+  } restore;
+  kernels::cpu::ThreadPool& pool = kernels::cpu::kernel_pool();
+  const int threads_before = pool.threads();
+  // SmolLM2's heads (64 dims, 3 query heads per KV head) and Llama-3.2-1B's (64, 4), a 128-dim head, pages of
+  // 32 and 16 tokens (the AVX-512 score blocks need a multiple of 16) and of 8 (they fall back); 1 query row
+  // (decode) to 21 (prefill: more than one 16-row tile).
+  const Shape shapes[] = {{32, 64, 9, 3, 1}, {32, 64, 8, 2, 21}, {16, 128, 4, 2, 3}, {8, 64, 6, 2, 5},
+                          {32, 128, 8, 1, 17}};
+  for (const Shape& shape : shapes) {
+    for (int threads : {1, 2}) {
+      pool.set_threads(threads);
+      std::vector<std::vector<float>> outs;
+      for (SimdLevel level : {SimdLevel::Avx2, SimdLevel::Avx512}) {
+        if (level > kernels::cpu::detected_simd_level()) continue;
+        kernels::cpu::set_simd_level(level);
+        outs.push_back(run_case(RopeParams::Layout::Halves, false, 11, kernels::DType::F32, kernels::DType::F32,
+                                shape));
+      }
+      for (size_t i = 1; i < outs.size(); ++i)
+        CHECK_MESSAGE(std::memcmp(outs[0].data(), outs[i].data(), outs[0].size() * sizeof(float)) == 0,
+                      "head_dim ", shape.head_dim, " page_tokens ", shape.page_tokens, " n_q ", shape.n_q);
     }
   }
   pool.set_threads(threads_before);

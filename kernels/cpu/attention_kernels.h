@@ -1,0 +1,16 @@
+#pragma once
+// What attention.cc and its AVX-512 inner products (attention_avx512.cc) share. Not a public interface.
+
+#include <cstddef>
+
+namespace choreo::kernels::cpu {
+
+/// attention.cc's scores_tile and accumulate_tile with AVX-512, giving the same bits as its x86-64-v4 code.
+/// Each returns false, computing nothing, for a shape it does not handle (key tiles whose width is not a
+/// multiple of 16; head sizes other than 64 and 128); call only when simd_level() is Avx512.
+bool scores_tile_avx512(const float* qs, int nq, const float* kt, int n_keys, int ld, int head_dim, float scale,
+                        float* s);
+bool accumulate_tile_avx512(float* acc, const float* corr, const float* p, int nq, int ld, const float* v,
+                            size_t v_stride, int n_keys, int head_dim);
+
+}  // namespace choreo::kernels::cpu
