@@ -1,29 +1,139 @@
 #!/usr/bin/env python3
-"""choreo bench vs llama.cpp (llama-cpp-python) on the same GGUF files, same threads, same run.
-Prints a Markdown table with the ratio ours/theirs for every test.
+"""choreo bench against llama.cpp's own llama-bench and llama-batched-bench, on the same GGUF files, with the
+same thread count, in one run. Prints Markdown tables with the ratio choreo/llama.cpp for every row.
 
-usage: scripts/bench_compare.py MODEL.gguf [MODEL.gguf ...] [-t 2] [-r 5] [-p 512] [-n 128]
+usage: scripts/bench_compare.py [MODEL.gguf ...] [-t 2] [-r 5] [--rows idle,depth,busy,parallel]
+                                [--depth 4096] [--parallel 1,2,4,8,16] [--peer python]
 
-The two tools take turns: each of the r rounds runs `choreo bench -r 1` and llama.cpp's `-r 1` back to back
-(alternating which goes first), each after its own warm-up. On a shared machine the memory bandwidth a decode
-gets drifts over minutes (a 1B decode measured 20 to 30 tok/s within ten minutes); taking turns exposes both
-tools to the same drift, where measuring all of one tool's repetitions first would not. Each figure is the mean
-± standard deviation over the rounds; "ratio" is the ratio of the means, with the range of the per-round
-ratios.
+Models: by default SmolLM2-135M-Instruct Q4_1 (the one scripts/setup.sh installs) and the Llama-3.2-1B shape
+in Q8_0 and Q4_0, made by `choreo model synth` into ~/.cache/choreo/bench-models when missing.
+
+The peer: llama-bench and llama-batched-bench built natively from the llama.cpp source that the
+llama-cpp-python sdist vendors (scripts/build_peer.sh builds and caches them on first use). `--peer python`
+uses the older Python reference (tests/reference/llama_bench.py, llama-cpp-python's own build) instead.
+
+Rows, each measured for both tools:
+  idle      pp512 and tg128 (llama-bench -p 512 -n 128)
+  depth     pp512 and tg128 with 4096 tokens already in the cache (-d 4096); choreo with its default f32 KV
+            cache and with f16 (llama.cpp's default)
+  busy      tg128 while `stress-ng --cpu 1` keeps one core busy (both tools under the same load)
+  parallel  decode throughput of B sequences decoded together, B = 1, 2, 4, 8, 16, each after a 128-token
+            prompt (llama-batched-bench -npp 128 -ntg 128 -npl ...)
+
+The tools take turns: every round runs each row's choreo command and llama.cpp command back to back, each
+with one repetition after its own warm-up, alternating which goes first. On a shared machine the bandwidth a
+decode gets drifts over minutes; taking turns exposes both tools to the same drift. Each figure is the mean
+± standard deviation over the rounds; "ratio" is the ratio of the means, with the range of per-round ratios.
+
+At the end: the machine's memory bandwidth (`bench_matmul stream`, measured before and after the rounds)
+and, for every model, the bytes per second its idle decode reads (weight bytes per token x tokens/s).
 """
 import argparse
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "choreo")
+BYTES_PER_ELEMENT = {"F32": 4.0, "F16": 2.0, "BF16": 2.0, "Q8_0": 34 / 32, "Q4_0": 18 / 32, "Q4_1": 20 / 32}
 
 
-def run_json(cmd):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return {r["test"]: r["avg_ts"] for r in json.loads(out.stdout)}
+def run(cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
+
+
+def default_models(choreo):
+    models = []
+    smol = os.environ.get("CHOREO_MODEL") or os.path.join(CACHE, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if os.path.exists(smol):
+        models.append(smol)
+    else:
+        print(f"note: {smol} is missing (scripts/setup.sh installs it); skipped", file=sys.stderr)
+    out_dir = os.path.join(CACHE, "bench-models")
+    os.makedirs(out_dir, exist_ok=True)
+    for t in ("q8_0", "q4_0"):
+        path = os.path.join(out_dir, f"llama-3.2-1b-{t}.gguf")
+        if not os.path.exists(path):
+            print(f"making {path} (choreo model synth)", file=sys.stderr)
+            run([choreo, "model", "synth", "--shape", "llama-3.2-1b", "--type", t, "-o", path + ".partial"])
+            os.replace(path + ".partial", path)
+        models.append(path)
+    return models
+
+
+def weight_bytes_per_token(choreo, model):
+    """Bytes of weights one decode step reads: every tensor, except an untied model's token embeddings, of
+    which it reads one row."""
+    listing = run([choreo, "model", "info", "--tensors", model]).stdout
+    total, tied = 0.0, True
+    for m in re.finditer(r"^\s+(\S+)\s+(F32|F16|BF16|Q8_0|Q4_0|Q4_1)\s+\[([\d x]+)\]", listing, re.M):
+        name, dtype, dims = m.group(1), m.group(2), [int(d) for d in m.group(3).split(" x ")]
+        n = 1
+        for d in dims:
+            n *= d
+        if name == "output.weight":
+            tied = False
+        total += n * BYTES_PER_ELEMENT[dtype]
+        if name == "token_embd.weight":
+            embd = n * BYTES_PER_ELEMENT[dtype]
+    if not tied:
+        total -= embd
+    return total
+
+
+def choreo_tests(cmd):
+    return {r["test"]: r["avg_ts"] for r in json.loads(run(cmd).stdout)}
+
+
+def llama_bench_tests(cmd):
+    out = {}
+    for r in json.loads(run(cmd).stdout):
+        test = f"pp{r['n_prompt']}" if r["n_prompt"] > 0 else f"tg{r['n_gen']}"
+        if r.get("n_depth", 0) > 0:
+            test += f" @ d{r['n_depth']}"
+        out[test] = r["avg_ts"]
+    return out
+
+
+def batched_bench_tests(cmd):
+    out = {}
+    for line in run(cmd).stdout.splitlines():
+        if line.startswith("{"):
+            r = json.loads(line)
+            out[f"tg{r['tg']} x{r['pl']}"] = r["speed_tg"]
+    return out
+
+
+def python_ref_tests(cmd):
+    return {r["test"]: r["avg_ts"] for r in json.loads(run(cmd).stdout)}
+
+
+class Neighbour:
+    """One other CPU-bound process for the duration of a `with` block."""
+
+    def __enter__(self):
+        if shutil.which("stress-ng"):
+            cmd = ["stress-ng", "--cpu", "1", "--timeout", "3600"]
+        else:  # a busy loop, when stress-ng is not installed
+            cmd = [sys.executable, "-c", "while True: pass"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def bandwidth(bench_matmul, threads):
+    out = run([bench_matmul, str(threads), "stream"]).stdout
+    m = re.search(r"read ([\d.]+) GB/s, copy ([\d.]+) GB/s", out)
+    return float(m.group(1)), float(m.group(2))
 
 
 def mean_sd(xs):
@@ -31,37 +141,107 @@ def mean_sd(xs):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("models", nargs="+")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", nargs="*")
     ap.add_argument("-t", type=int, default=2)
-    ap.add_argument("-r", type=int, default=5)
+    ap.add_argument("-r", type=int, default=5, help="rounds")
     ap.add_argument("-p", type=int, default=512)
     ap.add_argument("-n", type=int, default=128)
+    ap.add_argument("--rows", default="idle,depth,busy,parallel")
+    ap.add_argument("--depth", type=int, default=4096)
+    ap.add_argument("--parallel", default="1,2,4,8,16")
+    ap.add_argument("--peer", choices=["llama-bench", "python"], default="llama-bench")
     a = ap.parse_args()
+    rows = a.rows.split(",")
     choreo = os.environ.get("CHOREO_BIN", os.path.join(ROOT, "build", "choreo"))
-    ref = os.path.join(ROOT, "tests", "reference", "llama_bench.py")
-    rows = []
-    for m in a.models:
-        common = ["-p", str(a.p), "-n", str(a.n), "-t", str(a.t), "-r", "1"]
-        ours_cmd = [choreo, "bench", "-m", m, "--json"] + common
-        theirs_cmd = [sys.executable, ref, m] + common
-        ours, theirs = {}, {}
-        for round_ in range(a.r):
-            order = [(ours_cmd, ours), (theirs_cmd, theirs)]
+    bench_matmul = os.path.join(os.path.dirname(choreo), "bench_matmul")
+    models = a.models or default_models(choreo)
+    if a.peer == "llama-bench":
+        peer_dir = run([os.path.join(ROOT, "scripts", "build_peer.sh")]).stdout.strip().splitlines()[-1]
+        llama_bench = os.path.join(peer_dir, "llama-bench")
+        batched_bench = os.path.join(peer_dir, "llama-batched-bench")
+    head = run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).stdout.strip()
+    print(f"choreo {head}, {a.t} threads, {a.r} rounds, peer {a.peer}", file=sys.stderr)
+
+    t = ["-t", str(a.t)]
+    bw_before = bandwidth(bench_matmul, a.t) if os.path.exists(bench_matmul) else None
+    # (model, row) -> list of (name, ours_cmd, ours_parser, theirs_cmd, theirs_parser, load)
+    pairs = []
+    for m in models:
+        ours = [choreo, "bench", "-m", m, "--json", "-r", "1"] + t
+        if a.peer == "python":
+            ref = [sys.executable, os.path.join(ROOT, "tests", "reference", "llama_bench.py"), m, "-r", "1"] + t
+            if "idle" in rows:
+                pairs.append((m, "idle", ours + ["-p", str(a.p), "-n", str(a.n)], choreo_tests,
+                              ref + ["-p", str(a.p), "-n", str(a.n)], python_ref_tests, False))
+            continue
+        lb = [llama_bench, "-m", m, "-o", "json", "-r", "1"] + t
+        if "idle" in rows:
+            pairs.append((m, "idle", ours + ["-p", str(a.p), "-n", str(a.n)], choreo_tests,
+                          lb + ["-p", str(a.p), "-n", str(a.n)], llama_bench_tests, False))
+        if "depth" in rows:
+            d = ["-d", str(a.depth)]
+            pairs.append((m, "depth f32", ours + ["-p", str(a.p), "-n", str(a.n)] + d, choreo_tests,
+                          lb + ["-p", str(a.p), "-n", str(a.n)] + d, llama_bench_tests, False))
+            pairs.append((m, "depth f16", ours + ["-p", str(a.p), "-n", str(a.n), "--cache-type-k", "f16",
+                                                  "--cache-type-v", "f16"] + d, choreo_tests,
+                          lb + ["-p", str(a.p), "-n", str(a.n)] + d, llama_bench_tests, False))
+        if "busy" in rows:
+            pairs.append((m, "busy", ours + ["-p", "0", "-n", str(a.n)], choreo_tests,
+                          lb + ["-p", "0", "-n", str(a.n)], llama_bench_tests, True))
+        if "parallel" in rows:
+            ctx = str(max(4096, 16 * (128 + a.n) * 2))
+            pairs.append((m, "parallel", ours + ["-p", "0", "-n", str(a.n), "--parallel", a.parallel,
+                                                 "--parallel-prompt", "128"], choreo_tests,
+                          [batched_bench, "-m", m, "-c", ctx, "-b", "2048", "-ub", "512", "-npp", "128",
+                           "-ntg", str(a.n), "-npl", a.parallel, "--output-format", "jsonl"] + t,
+                          batched_bench_tests, False))
+
+    results = {}  # (model, row, test) -> (ours list, theirs list)
+    for round_ in range(a.r):
+        for m, row, ours_cmd, ours_parse, theirs_cmd, theirs_parse, busy in pairs:
+            order = [("ours", ours_cmd, ours_parse), ("theirs", theirs_cmd, theirs_parse)]
             if round_ % 2:
                 order.reverse()
-            for cmd, into in order:
-                for test, ts in run_json(cmd).items():
-                    into.setdefault(test, []).append(ts)
-        for test in ours:
-            o, t = ours[test], theirs[test]
-            per_round = [x / y for x, y in zip(o, t)]
-            rows.append((os.path.basename(m), test, *mean_sd(o), *mean_sd(t), statistics.mean(o) / statistics.mean(t),
-                         min(per_round), max(per_round)))
-    print("| model | test | choreo t/s | llama.cpp t/s | ratio | per-round ratios |")
-    print("|---|---|---:|---:|---:|---:|")
-    for name, test, o, os_, t, ts, r, lo, hi in rows:
-        print(f"| {name} | {test} | {o:.1f} ± {os_:.1f} | {t:.1f} ± {ts:.1f} | {r:.2f}x | {lo:.2f}–{hi:.2f} |")
+            got = {}
+            for who, cmd, parse in order:
+                if busy:
+                    with Neighbour():
+                        got[who] = parse(cmd)
+                else:
+                    got[who] = parse(cmd)
+            for test, ts in got["ours"].items():
+                if test not in got["theirs"]:
+                    continue
+                o, th = results.setdefault((m, row, test), ([], []))
+                o.append(ts)
+                th.append(got["theirs"][test])
+            print(f"round {round_ + 1}/{a.r}: {os.path.basename(m)} {row} done", file=sys.stderr)
+    bw_after = bandwidth(bench_matmul, a.t) if os.path.exists(bench_matmul) else None
+
+    print(f"choreo {head} against llama.cpp ({a.peer}), {a.t} threads, {a.r} rounds taking turns\n")
+    print("| model | row | test | choreo t/s | llama.cpp t/s | ratio | per-round ratios |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    idle_tg = {}
+    for (m, row, test), (o, th) in results.items():
+        per_round = [x / y for x, y in zip(o, th)]
+        (om, osd), (tm, tsd) = mean_sd(o), mean_sd(th)
+        label = row + (" (stress-ng --cpu 1)" if row == "busy" else "")
+        print(f"| {os.path.basename(m)} | {label} | {test} | {om:.1f} ± {osd:.1f} | {tm:.1f} ± {tsd:.1f} | "
+              f"{om / tm:.2f}x | {min(per_round):.2f}–{max(per_round):.2f} |")
+        if row == "idle" and test.startswith("tg"):
+            idle_tg[m] = (om, tm)
+    if bw_before:
+        print(f"\nMemory bandwidth (bench_matmul {a.t} stream), before / after the rounds: read "
+              f"{bw_before[0]:.1f} / {bw_after[0]:.1f} GB/s, copy {bw_before[1]:.1f} / {bw_after[1]:.1f} GB/s\n")
+        read_bw = max(bw_before[0], bw_after[0])
+        copy_bw = max(bw_before[1], bw_after[1])
+        print("| model | weight bytes / token | choreo decode GB/s | of read bw | of copy bw | llama.cpp decode GB/s |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for m, (om, tm) in idle_tg.items():
+            wb = weight_bytes_per_token(choreo, m)
+            print(f"| {os.path.basename(m)} | {wb / 1e6:.1f} MB | {wb * om / 1e9:.1f} | {wb * om / 1e9 / read_bw:.0%} | "
+                  f"{wb * om / 1e9 / copy_bw:.0%} | {wb * tm / 1e9:.1f} |")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds the peer's own benchmark binary, llama.cpp's `llama-bench`, natively from the llama.cpp source that
-# the llama-cpp-python sdist vendors (the same version choreo's Python reference tools use), and caches it
-# next to choreo's venv. Prints the binary's path. Idempotent: a cached binary is reused.
+# Builds the peer's own benchmark binaries, llama.cpp's `llama-bench` and `llama-batched-bench`, natively
+# from the llama.cpp source that the llama-cpp-python sdist vendors (the same version choreo's Python
+# reference tools use), and caches them next to choreo's venv. Prints the directory that holds them.
+# Idempotent: cached binaries are reused.
 #
-#   scripts/build_peer.sh            # -> ~/.cache/choreo/peer/llama-cpp-python-0.3.36/bin/llama-bench
+#   scripts/build_peer.sh            # -> ~/.cache/choreo/peer/llama-cpp-python-0.3.36/bin
 #
 # Needs cmake and a C++ compiler (scripts/setup.sh installs both) and PyPI for the sdist (pip download).
 set -euo pipefail
@@ -12,10 +13,13 @@ VERSION=0.3.36
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/choreo"
 VENV="$CACHE/venv"
 PEER="$CACHE/peer/llama-cpp-python-$VERSION"
-BIN="$PEER/bin/llama-bench"
+TOOLS=(llama-bench llama-batched-bench)
 
-if [[ -x "$BIN" ]]; then
-  echo "$BIN"
+have_all() {
+  for t in "${TOOLS[@]}"; do [[ -x "$PEER/bin/$t" ]] || return 1; done
+}
+if have_all; then
+  echo "$PEER/bin"
   exit 0
 fi
 
@@ -37,12 +41,14 @@ fi
 
 # Native: the peer gets every instruction set this CPU has (-march=native), as a user building llama.cpp
 # would. OpenMP on, as llama.cpp's default CPU build.
-say "building llama-bench (a few minutes)"
+say "building ${TOOLS[*]} (a few minutes)"
 cmake -S "$SRC/vendor/llama.cpp" -B "$PEER/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON -DBUILD_SHARED_LIBS=OFF >&2
-cmake --build "$PEER/build" --target llama-bench -j"$(nproc)" >&2
+cmake --build "$PEER/build" --target "${TOOLS[@]}" -j"$(nproc)" >&2
 mkdir -p "$PEER/bin"
-cp "$PEER/build/bin/llama-bench" "$BIN.partial"
-mv "$BIN.partial" "$BIN"
-echo "$BIN"
+for t in "${TOOLS[@]}"; do
+  cp "$PEER/build/bin/$t" "$PEER/bin/$t.partial"
+  mv "$PEER/bin/$t.partial" "$PEER/bin/$t"
+done
+echo "$PEER/bin"

@@ -226,21 +226,31 @@ struct PageView {
 };
 
 PageView view_page(const std::byte* page, const KvLayout& kv, int layer, int kv_head, int n_keys,
-                   TileScratch& scratch) {
+                   TileScratch& scratch, bool avx512) {
   const int head_dim = kv.head_dim;
   PageView view;
   if (kv.k_type == DType::F32) {
     view.kt = reinterpret_cast<const float*>(page) + kv.k_tile(layer, kv_head);
   } else {
-    scratch.k_tile.assign(size_t(head_dim) * kv.page_tokens, 0.0f);
+    // Columns past n_keys are never used; they are zeroed only so that nothing uninitialised is read.
+    scratch.k_tile.resize(size_t(head_dim) * kv.page_tokens);
+    if (n_keys < kv.page_tokens) {
+      for (int d = 0; d < head_dim; ++d)
+        std::fill_n(scratch.k_tile.begin() + size_t(d) * kv.page_tokens + n_keys, kv.page_tokens - n_keys, 0.0f);
+    }
     float row[kMaxHeadDim];
     const size_t head_offset = row_bytes(kv.k_type, int64_t(kv_head) * head_dim);
     const std::byte* rows = page + kv.layer_k(layer).offset + head_offset;
-    for (int t = 0; t < n_keys; ++t) {
-      decode_row(kv.k_type, rows + size_t(t) * kv.k_row_bytes(), row, head_dim);
-      for (int d = 0; d < head_dim; ++d) scratch.k_tile[size_t(d) * kv.page_tokens + t] = row[d];
+    if (avx512 && decode_key_tile_avx512(kv.k_type, rows, kv.k_row_bytes(), n_keys, head_dim, kv.page_tokens,
+                                         scratch.k_tile.data())) {
+      view.kt = scratch.k_tile.data();
+    } else {
+      for (int t = 0; t < n_keys; ++t) {
+        decode_row(kv.k_type, rows + size_t(t) * kv.k_row_bytes(), row, head_dim);
+        for (int d = 0; d < head_dim; ++d) scratch.k_tile[size_t(d) * kv.page_tokens + t] = row[d];
+      }
+      view.kt = scratch.k_tile.data();
     }
-    view.kt = scratch.k_tile.data();
   }
   if (kv.v_type == DType::F32) {
     view.v = reinterpret_cast<const float*>(page + kv.layer_v(layer).offset) + size_t(kv_head) * head_dim;
@@ -249,9 +259,12 @@ PageView view_page(const std::byte* page, const KvLayout& kv, int layer, int kv_
     scratch.v_rows.resize(size_t(head_dim) * kv.page_tokens);
     const size_t head_offset = row_bytes(kv.v_type, int64_t(kv_head) * head_dim);
     const std::byte* rows = page + kv.layer_v(layer).offset + head_offset;
-    for (int t = 0; t < n_keys; ++t)
-      decode_row(kv.v_type, rows + size_t(t) * kv.v_row_bytes(), scratch.v_rows.data() + size_t(t) * head_dim,
-                 head_dim);
+    if (!avx512 || !decode_rows_avx512(kv.v_type, rows, kv.v_row_bytes(), n_keys, head_dim, scratch.v_rows.data(),
+                                       size_t(head_dim))) {
+      for (int t = 0; t < n_keys; ++t)
+        decode_row(kv.v_type, rows + size_t(t) * kv.v_row_bytes(), scratch.v_rows.data() + size_t(t) * head_dim,
+                   head_dim);
+    }
     view.v = scratch.v_rows.data();
     view.v_stride = size_t(head_dim);
   }
@@ -326,7 +339,7 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
       for (int t0 = chunk * kChunkPages * kv.page_tokens; t0 < page_end * kv.page_tokens; t0 += kv.page_tokens) {
         int n_keys = std::min(kv.page_tokens, visible_max - t0);
         const PageView page =
-            view_page(page_table.get(seg.pages[t0 / kv.page_tokens]), kv, layer, tile.kv_head, n_keys, scratch);
+            view_page(page_table.get(seg.pages[t0 / kv.page_tokens]), kv, layer, tile.kv_head, n_keys, scratch, avx512);
         if (!avx512 || !scores_tile_avx512(qs, nq, page.kt, n_keys, ld, head_dim, scale, s.data()))
           scores_tile(qs, nq, page.kt, n_keys, ld, head_dim, scale, s.data());
         for (int i = 0; i < nq; ++i) {

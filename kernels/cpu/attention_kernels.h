@@ -3,6 +3,8 @@
 
 #include <cstddef>
 
+#include "kernels/dtype.h"
+
 namespace choreo::kernels::cpu {
 
 /// attention.cc's scores_tile and accumulate_tile with AVX-512, giving the same bits as its x86-64-v4 code.
@@ -12,5 +14,13 @@ bool scores_tile_avx512(const float* qs, int nq, const float* kt, int n_keys, in
                         float* s);
 bool accumulate_tile_avx512(float* acc, const float* corr, const float* p, int nq, int ld, const float* v,
                             size_t v_stride, int n_keys, int head_dim);
+
+/// Decodes n_rows rows of n values in a cache type (F16 or Q8_0; rows row_bytes apart) to floats, out_stride
+/// floats apart; the values are attention.cc's decode_row's exactly (both conversions are exact).
+bool decode_rows_avx512(DType type, const std::byte* rows, size_t row_bytes, int n_rows, int n, float* out,
+                        size_t out_stride);
+/// The same for one head's keys, written transposed into a [head_dim][ld] tile (key t in column t).
+bool decode_key_tile_avx512(DType type, const std::byte* rows, size_t row_bytes, int n_keys, int head_dim, int ld,
+                            float* tile);
 
 }  // namespace choreo::kernels::cpu

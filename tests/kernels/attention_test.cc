@@ -152,7 +152,7 @@ TEST_CASE("segment attention with shifts, gaps, overlaps and a causal own segmen
   pool.set_threads(threads_before);
 }
 
-TEST_CASE("attention at every SIMD level gives the same bits, on the shapes the AVX-512 inner products take") {
+TEST_CASE("attention at every SIMD level gives the same bits, for every cache type, on the shapes the AVX-512 code takes") {
   using kernels::cpu::SimdLevel;
   struct Restore {
     ~Restore() { kernels::cpu::set_simd_level(kernels::cpu::detected_simd_level()); }
@@ -171,12 +171,18 @@ TEST_CASE("attention at every SIMD level gives the same bits, on the shapes the 
       for (SimdLevel level : {SimdLevel::Avx2, SimdLevel::Avx512}) {
         if (level > kernels::cpu::detected_simd_level()) continue;
         kernels::cpu::set_simd_level(level);
-        outs.push_back(run_case(RopeParams::Layout::Halves, false, 11, kernels::DType::F32, kernels::DType::F32,
-                                shape));
+        for (auto [k_type, v_type] : {std::pair{kernels::DType::F32, kernels::DType::F32},
+                                      std::pair{kernels::DType::F16, kernels::DType::F16},
+                                      std::pair{kernels::DType::Q8_0, kernels::DType::Q8_0},
+                                      std::pair{kernels::DType::Q8_0, kernels::DType::F16}}) {
+          const std::vector<float> out = run_case(RopeParams::Layout::Halves, false, 11, k_type, v_type, shape);
+          outs.push_back(out);
+        }
       }
-      for (size_t i = 1; i < outs.size(); ++i)
-        CHECK_MESSAGE(std::memcmp(outs[0].data(), outs[i].data(), outs[0].size() * sizeof(float)) == 0,
-                      "head_dim ", shape.head_dim, " page_tokens ", shape.page_tokens, " n_q ", shape.n_q);
+      // Four cache-type combinations per level: output i of one level against output i of the other.
+      for (size_t i = 4; i < outs.size(); ++i)
+        CHECK_MESSAGE(std::memcmp(outs[i - 4].data(), outs[i].data(), outs[i].size() * sizeof(float)) == 0,
+                      "head_dim ", shape.head_dim, " page_tokens ", shape.page_tokens, " n_q ", shape.n_q, " types ", i % 4);
     }
   }
   pool.set_threads(threads_before);
