@@ -44,12 +44,15 @@ void matmul(const Weight& w, const float* x, int n, float* y) {
 }
 
 int64_t matmul_grain(const Weight& w, int64_t n_units, int64_t unit_rows, int n) {
-  constexpr int64_t kMinPieceBytes = 64 << 10;
+  constexpr int64_t kMinPieceBytes = 16 << 10;
   const int64_t threads = kernel_pool().threads();
   const int64_t unit_bytes = std::max<int64_t>(1, unit_rows * int64_t(w.row_stride) * n);
-  const int64_t pieces = std::clamp<int64_t>(n_units * unit_bytes / kMinPieceBytes, threads, 8 * threads);
+  // A whole number of pieces per thread, so that no thread is left with one piece more than another.
+  const int64_t pieces =
+      (std::clamp<int64_t>(n_units * unit_bytes / kMinPieceBytes, threads, 8 * threads) + threads - 1) / threads *
+      threads;
   const int64_t grain = std::max<int64_t>(1, (n_units + pieces - 1) / pieces);
-  return n > 4 ? (grain + 1) / 2 * 2 : grain;  // prefill multiplies panels two at a time
+  return n > 8 ? (grain + 1) / 2 * 2 : grain;  // from 9 rows on, AVX-512 multiplies panels two at a time
 }
 
 void dequantize_rows(const Weight& w, std::span<const int32_t> rows, float* out) {

@@ -32,6 +32,7 @@ namespace {
 
 constexpr int kPanelRows = 16;
 constexpr int kChunkBlocks = 8;
+constexpr int kOnePanelRows = 8;  // activation rows up to which a thread multiplies one panel at a time
 constexpr size_t kPanelWeightBytes = 512;  // 8 groups x 16 rows x 4 values, per block
 
 size_t panel_block_bytes(bool has_minimum) { return kPanelWeightBytes + 64 + (has_minimum ? 64 : 0); }
@@ -386,7 +387,10 @@ void matmul_quantized(const Weight& w, const float* x, int n, float* y) {
   auto* x_values = reinterpret_cast<int8_t*>(x_blocks + n * n_blocks);
   // Decode (a few activation rows) is bound by memory bandwidth: one panel at a time keeps the number of
   // interleaved row streams low. Prefill reuses each panel chunk across as many rows as registers allow.
-  const int max_panels = n <= 4 ? 1 : 2;
+  // The crossover, measured with `choreo bench --parallel` (BENCHMARKS.md): one panel is as fast or faster
+  // up to 8 rows (SmolLM2 B=8: 739 vs 682 tok/s), two panels win from 16 (Llama-3.2-1B shape Q8_0 B=16:
+  // 136 vs 129 tok/s).
+  const int max_panels = n <= kOnePanelRows ? 1 : 2;
   const int64_t n_panels = (w.n_out + kPanelRows - 1) / kPanelRows;
   const auto quantize_rows = [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {

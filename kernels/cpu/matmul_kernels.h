@@ -33,8 +33,8 @@ struct WorkRange {
 
 /// How many units (panels or rows of `unit_rows` weight rows each) one piece of a matrix product's work
 /// takes from the pool (kernels/cpu/thread_pool.h). Up to 8 pieces per thread, so that a thread held off its
-/// core by another process leaves little for the others to wait on; but none smaller than ~64 KiB of
-/// weights times activation rows, because every claim costs a cache-line transfer between cores.
+/// core by another process leaves little for the others to wait on; but none smaller than ~16 KiB of
+/// weights times activation rows, and a whole number of pieces per thread.
 int64_t matmul_grain(const Weight& w, int64_t n_units, int64_t unit_rows, int n);
 
 /// The reference activation quantiser: n_in floats (a multiple of 32) to int8 values and per-block data.
