@@ -17,8 +17,8 @@ Rows, each measured for both tools:
   depth     pp512 and tg128 with 4096 tokens already in the cache (-d 4096); choreo with its default f32 KV
             cache and with f16 (llama.cpp's default)
   busy      tg128 while `stress-ng --cpu 1` keeps one core busy (both tools under the same load)
-  parallel  decode throughput of B sequences decoded together, B = 1, 2, 4, 8, 16, each after a 128-token
-            prompt (llama-batched-bench -npp 128 -ntg 128 -npl ...)
+  parallel  decode throughput of B sequences decoded together, B = 1, 2, 4, 8, 16, each generating 32 tokens
+            after a 128-token prompt (llama-batched-bench -npp 128 -ntg 32 -npl ...)
 
 The tools take turns: every round runs each row's choreo command and llama.cpp command back to back, each
 with one repetition after its own warm-up, alternating which goes first. On a shared machine the bandwidth a
@@ -150,6 +150,7 @@ def main() -> None:
     ap.add_argument("--rows", default="idle,depth,busy,parallel")
     ap.add_argument("--depth", type=int, default=4096)
     ap.add_argument("--parallel", default="1,2,4,8,16")
+    ap.add_argument("--parallel-n", type=int, default=32, help="tokens each parallel sequence generates")
     ap.add_argument("--peer", choices=["llama-bench", "python"], default="llama-bench")
     a = ap.parse_args()
     rows = a.rows.split(",")
@@ -190,11 +191,12 @@ def main() -> None:
             pairs.append((m, "busy", ours + ["-p", "0", "-n", str(a.n)], choreo_tests,
                           lb + ["-p", "0", "-n", str(a.n)], llama_bench_tests, True))
         if "parallel" in rows:
-            ctx = str(max(4096, 16 * (128 + a.n) * 2))
-            pairs.append((m, "parallel", ours + ["-p", "0", "-n", str(a.n), "--parallel", a.parallel,
+            ctx = str(max(4096, 16 * (128 + a.parallel_n) * 2))
+            pn = str(a.parallel_n)
+            pairs.append((m, "parallel", ours + ["-p", "0", "-n", pn, "--parallel", a.parallel,
                                                  "--parallel-prompt", "128"], choreo_tests,
                           [batched_bench, "-m", m, "-c", ctx, "-b", "2048", "-ub", "512", "-npp", "128",
-                           "-ntg", str(a.n), "-npl", a.parallel, "--output-format", "jsonl"] + t,
+                           "-ntg", pn, "-npl", a.parallel, "--output-format", "jsonl"] + t,
                           batched_bench_tests, False))
 
     results = {}  # (model, row, test) -> (ours list, theirs list)
