@@ -20,8 +20,9 @@ Rows, each measured for both tools:
   parallel  decode throughput of B sequences decoded together, B = 1, 2, 4, 8, 16, each generating 32 tokens
             after a 128-token prompt (llama-batched-bench -npp 128 -ntg 32 -npl ...)
 
-The tools take turns: every round runs each row's choreo command and llama.cpp command back to back, each
-with one repetition after its own warm-up, alternating which goes first. On a shared machine the bandwidth a
+The tools take turns: every round runs each row's choreo command(s) and llama.cpp command back to back, each
+with one repetition after its own warm-up, alternating which goes first (the two depth rows of choreo share
+one llama.cpp run per round). On a shared machine the bandwidth a
 decode gets drifts over minutes; taking turns exposes both tools to the same drift. Each figure is the mean
 ± standard deviation over the rounds; "ratio" is the ratio of the means, with the range of per-round ratios.
 
@@ -166,59 +167,60 @@ def main() -> None:
 
     t = ["-t", str(a.t)]
     bw_before = bandwidth(bench_matmul, a.t) if os.path.exists(bench_matmul) else None
-    # (model, row) -> list of (name, ours_cmd, ours_parser, theirs_cmd, theirs_parser, load)
+    # (model, [(row, ours_cmd)], ours_parser, theirs_cmd, theirs_parser, under load): each of llama.cpp's
+    # commands runs once per round, paired with every choreo variant of it.
     pairs = []
     for m in models:
         ours = [choreo, "bench", "-m", m, "--json", "-r", "1"] + t
         if a.peer == "python":
             ref = [sys.executable, os.path.join(ROOT, "tests", "reference", "llama_bench.py"), m, "-r", "1"] + t
             if "idle" in rows:
-                pairs.append((m, "idle", ours + ["-p", str(a.p), "-n", str(a.n)], choreo_tests,
+                pairs.append((m, [("idle", ours + ["-p", str(a.p), "-n", str(a.n)])], choreo_tests,
                               ref + ["-p", str(a.p), "-n", str(a.n)], python_ref_tests, False))
             continue
         lb = [llama_bench, "-m", m, "-o", "json", "-r", "1"] + t
         if "idle" in rows:
-            pairs.append((m, "idle", ours + ["-p", str(a.p), "-n", str(a.n)], choreo_tests,
+            pairs.append((m, [("idle", ours + ["-p", str(a.p), "-n", str(a.n)])], choreo_tests,
                           lb + ["-p", str(a.p), "-n", str(a.n)], llama_bench_tests, False))
         if "depth" in rows:
             d = ["-d", str(a.depth)]
-            pairs.append((m, "depth f32", ours + ["-p", str(a.p), "-n", str(a.n)] + d, choreo_tests,
-                          lb + ["-p", str(a.p), "-n", str(a.n)] + d, llama_bench_tests, False))
-            pairs.append((m, "depth f16", ours + ["-p", str(a.p), "-n", str(a.n), "--cache-type-k", "f16",
-                                                  "--cache-type-v", "f16"] + d, choreo_tests,
+            f16 = ["--cache-type-k", "f16", "--cache-type-v", "f16"]
+            pairs.append((m, [("depth f32", ours + ["-p", str(a.p), "-n", str(a.n)] + d),
+                              ("depth f16", ours + ["-p", str(a.p), "-n", str(a.n)] + f16 + d)], choreo_tests,
                           lb + ["-p", str(a.p), "-n", str(a.n)] + d, llama_bench_tests, False))
         if "busy" in rows:
-            pairs.append((m, "busy", ours + ["-p", "0", "-n", str(a.n)], choreo_tests,
+            pairs.append((m, [("busy", ours + ["-p", "0", "-n", str(a.n)])], choreo_tests,
                           lb + ["-p", "0", "-n", str(a.n)], llama_bench_tests, True))
         if "parallel" in rows:
             ctx = str(max(4096, 16 * (128 + a.parallel_n) * 2))
             pn = str(a.parallel_n)
-            pairs.append((m, "parallel", ours + ["-p", "0", "-n", pn, "--parallel", a.parallel,
-                                                 "--parallel-prompt", "128"], choreo_tests,
+            pairs.append((m, [("parallel", ours + ["-p", "0", "-n", pn, "--parallel", a.parallel,
+                                                  "--parallel-prompt", "128"])], choreo_tests,
                           [batched_bench, "-m", m, "-c", ctx, "-b", "2048", "-ub", "512", "-npp", "128",
                            "-ntg", pn, "-npl", a.parallel, "--output-format", "jsonl"] + t,
                           batched_bench_tests, False))
 
     results = {}  # (model, row, test) -> (ours list, theirs list)
     for round_ in range(a.r):
-        for m, row, ours_cmd, ours_parse, theirs_cmd, theirs_parse, busy in pairs:
-            order = [("ours", ours_cmd, ours_parse), ("theirs", theirs_cmd, theirs_parse)]
+        for m, variants, ours_parse, theirs_cmd, theirs_parse, busy in pairs:
+            steps = [(row, cmd, ours_parse) for row, cmd in variants] + [(None, theirs_cmd, theirs_parse)]
             if round_ % 2:
-                order.reverse()
+                steps = steps[-1:] + steps[:-1]  # llama.cpp first in odd rounds
             got = {}
-            for who, cmd, parse in order:
+            for row, cmd, parse in steps:
                 if busy:
                     with Neighbour():
-                        got[who] = parse(cmd)
+                        got[row] = parse(cmd)
                 else:
-                    got[who] = parse(cmd)
-            for test, ts in got["ours"].items():
-                if test not in got["theirs"]:
-                    continue
-                o, th = results.setdefault((m, row, test), ([], []))
-                o.append(ts)
-                th.append(got["theirs"][test])
-            print(f"round {round_ + 1}/{a.r}: {os.path.basename(m)} {row} done", file=sys.stderr)
+                    got[row] = parse(cmd)
+            for row, _ in variants:
+                for test, ts in got[row].items():
+                    if test not in got[None]:
+                        continue
+                    o, th = results.setdefault((m, row, test), ([], []))
+                    o.append(ts)
+                    th.append(got[None][test])
+            print(f"round {round_ + 1}/{a.r}: {os.path.basename(m)} {variants[0][0].split()[0]} done", file=sys.stderr)
     bw_after = bandwidth(bench_matmul, a.t) if os.path.exists(bench_matmul) else None
 
     print(f"choreo {head} against llama.cpp ({a.peer}), {a.t} threads, {a.r} rounds taking turns\n")
