@@ -74,7 +74,7 @@ void register_model(CLI::App& app) {
 
   auto synth = std::make_shared<SynthOptions>();
   CLI::App* synth_cmd = model_cmd->add_subcommand(
-      "synth", "write a random-weight llama GGUF of a real model's shape (for speed tests; see docs/cli.md)");
+      "synth", "write a random-weight llama GGUF of a real model's shape (for speed tests; see README.md)");
   synth_cmd->add_option("--shape", synth->shape, "model shape, e.g. smollm2-135m, llama-3.2-1b, llama-3.1-8b")->required();
   synth_cmd->add_option("--type", synth->type, "weight type: f32, f16, bf16, q8_0, q4_0, q4_1");
   synth_cmd->add_option("-o,--output", synth->out, "output file")->required();
