@@ -178,7 +178,13 @@ void DiskStore::claim() {
             fmt::format("{} is not a choreo store: it has no {} marker and holds other files (e.g. '{}')",
                         dir_, kMarkerName, *foreign),
             "point --cache-dir (or $CHOREO_CACHE_DIR) at a store, a new directory or an empty one");
-      write_marker(dir_);
+      {
+        // Under the directory lock, shared: gc, which holds it exclusively while it removes temporary files,
+        // must not take the marker's temporary file from under its writer (it did: a writer's rename then
+        // failed with ENOENT).
+        DirLock shared(dir_, LOCK_SH);
+        if (marker_state(dir_) == MarkerState::Absent) write_marker(dir_);
+      }
       break;
   }
   claimed_ = true;
