@@ -181,8 +181,13 @@ void DiskStore::claim() {
       {
         // Under the directory lock, shared: gc, which holds it exclusively while it removes temporary files,
         // must not take the marker's temporary file from under its writer (it did: a writer's rename then
-        // failed with ENOENT).
-        DirLock shared(dir_, LOCK_SH);
+        // failed with ENOENT). A lock that cannot be taken (a symlink or FIFO at its name) is reported by the
+        // first save, as before; the marker is then written without it.
+        std::optional<DirLock> shared;
+        try {
+          shared.emplace(dir_, LOCK_SH);
+        } catch (const RuntimeFailure&) {
+        }
         if (marker_state(dir_) == MarkerState::Absent) write_marker(dir_);
       }
       break;
