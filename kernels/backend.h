@@ -23,6 +23,9 @@ struct Weight {
   int64_t n_out = 0;
   int64_t n_in = 0;
   size_t row_stride = 0;  // bytes between rows
+  /// The same matrix in a layout of the backend's own (Backend::upload_weight), or null. `data` stays valid
+  /// and means the same: a kernel that does not read the packed layout reads the rows.
+  std::shared_ptr<const void> packed;
 };
 
 /// How rotary embeddings are applied. Angles are linear in the position, so a rotation by a then by b equals
@@ -138,6 +141,9 @@ class Backend {
   virtual void set_threads(int n_threads) = 0;
   virtual int threads() const = 0;
 
+  /// Prepares a weight for this backend's matrix products, once, at load (DESIGN.md §8: weights are uploaded
+  /// once). The result may carry a copy in the backend's own layout (Weight::packed), owned by the result.
+  virtual Weight upload_weight(const Weight& w) = 0;
   /// y[i, :] = W · x[i, :] for i < n.   x: [n, n_in], y: [n, n_out].
   virtual void matmul(const Weight& w, const float* x, int n, float* y) = 0;
   /// out[i, :] = row ids[i] of the table, dequantised.

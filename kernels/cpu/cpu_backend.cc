@@ -31,6 +31,11 @@ class CpuBackend final : public Backend {
   }
   int threads() const override { return n_threads_; }
 
+  Weight upload_weight(const Weight& w) override {
+    Weight uploaded = w;
+    uploaded.packed = cpu::pack_weight(w);
+    return uploaded;
+  }
   void matmul(const Weight& w, const float* x, int n, float* y) override { cpu::matmul(w, x, n, y); }
   void embed(const Weight& table, std::span<const int32_t> ids, float* out) override {
     cpu::dequantize_rows(table, ids, out);

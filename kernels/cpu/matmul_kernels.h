@@ -42,7 +42,13 @@ int64_t matmul_grain(const Weight& w, int64_t n_units, int64_t unit_rows, int n)
 void quantize_activation_row_scalar(const float* x, int64_t n_in, int32_t correction_per_sum, int8_t* values,
                                     ActivationBlock* blocks);
 
-// One implementation per SIMD level; arguments were validated by matmul().
+/// The AVX-512 panel layout of a quantised weight (matmul_avx512.cc): its size, which is the rows' size
+/// rounded up to whole 16-row panels of whole cache lines, and the packing into `out` (64-byte aligned). Weights were validated.
+size_t packed_bytes_avx512(const Weight& w);
+void pack_weight_avx512(const Weight& w, uint8_t* out);
+
+// One implementation per SIMD level; arguments were validated by matmul(). matmul_avx512 reads w.packed
+// when it is set.
 void matmul_scalar(const Weight& w, const float* x, int n, float* y);
 void matmul_avx2(const Weight& w, const float* x, int n, float* y);
 void matmul_avx512(const Weight& w, const float* x, int n, float* y);

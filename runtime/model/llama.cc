@@ -143,7 +143,8 @@ void Model::load_weights() {
   token_embd_ = weight_view(f, "token_embd.weight", c.dim, c.n_vocab);
   output_norm_ = vector_f32(f, "output_norm.weight", c.dim);
   c.tied_output = f.tensor("output.weight") == nullptr;
-  output_ = c.tied_output ? token_embd_ : weight_view(f, "output.weight", c.dim, c.n_vocab);
+  // The embedding table is read by rows (embed); the output projection, tied to it or not, by matmul.
+  output_ = backend_.upload_weight(c.tied_output ? token_embd_ : weight_view(f, "output.weight", c.dim, c.n_vocab));
   if (f.tensor("rope_freqs.weight")) c.rope_freq_factors = vector_f32(f, "rope_freqs.weight", c.rope_dims / 2);
 
   const int q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
@@ -153,13 +154,13 @@ void Model::load_weights() {
     LayerWeights& L = layers_[l];
     L.attn_norm = vector_f32(f, p + "attn_norm.weight", c.dim);
     L.ffn_norm = vector_f32(f, p + "ffn_norm.weight", c.dim);
-    L.wq = weight_view(f, p + "attn_q.weight", c.dim, q_dim);
-    L.wk = weight_view(f, p + "attn_k.weight", c.dim, kv_dim);
-    L.wv = weight_view(f, p + "attn_v.weight", c.dim, kv_dim);
-    L.wo = weight_view(f, p + "attn_output.weight", q_dim, c.dim);
-    L.w_gate = weight_view(f, p + "ffn_gate.weight", c.dim, c.ffn_dim);
-    L.w_up = weight_view(f, p + "ffn_up.weight", c.dim, c.ffn_dim);
-    L.w_down = weight_view(f, p + "ffn_down.weight", c.ffn_dim, c.dim);
+    L.wq = backend_.upload_weight(weight_view(f, p + "attn_q.weight", c.dim, q_dim));
+    L.wk = backend_.upload_weight(weight_view(f, p + "attn_k.weight", c.dim, kv_dim));
+    L.wv = backend_.upload_weight(weight_view(f, p + "attn_v.weight", c.dim, kv_dim));
+    L.wo = backend_.upload_weight(weight_view(f, p + "attn_output.weight", q_dim, c.dim));
+    L.w_gate = backend_.upload_weight(weight_view(f, p + "ffn_gate.weight", c.dim, c.ffn_dim));
+    L.w_up = backend_.upload_weight(weight_view(f, p + "ffn_up.weight", c.dim, c.ffn_dim));
+    L.w_down = backend_.upload_weight(weight_view(f, p + "ffn_down.weight", c.ffn_dim, c.dim));
   }
 }
 

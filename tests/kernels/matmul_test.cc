@@ -132,6 +132,16 @@ struct LevelGuard {
   ~LevelGuard() { set_simd_level(detected_simd_level()); }
 };
 
+/// The weight with a packed copy, as the CPU backend uploads it. A quantised weight is packed exactly when
+/// the CPU has AVX-512.
+Weight packed_copy(const Weight& w) {
+  Weight packed = w;
+  packed.packed = pack_weight(w);
+  const bool quantised = is_quantised(w.type);
+  REQUIRE((packed.packed != nullptr) == (quantised && simd_level() == SimdLevel::Avx512));
+  return packed;
+}
+
 constexpr int kGuard = 16;
 
 /// Runs matmul into a NaN-filled buffer with guard cells; checks every output was written and no other.
@@ -153,6 +163,8 @@ TEST_CASE("matmul matches a float64 reference for every type, SIMD level and sha
     for (int64_t n_in : {32, 576, 2048}) {
       for (int64_t n_out : {1, 17, 579}) {
         const TestWeight t = make_weight(type, n_out, n_in, n_out == 17 ? 6 : 0, seed++);
+        // The same weight packed at load (AVX-512 only): every level must give the same bits with it.
+        const Weight packed = packed_copy(t.weight);
         for (int n : {1, 2, 3, 7, 64, 130}) {
           const auto x = make_activations(n, n_in, seed++);
           const Reference ref = reference(t, x, n);
@@ -178,6 +190,10 @@ TEST_CASE("matmul matches a float64 reference for every type, SIMD level and sha
               } else if (std::memcmp(first.data(), y.data(), y.size() * sizeof(float)) != 0) {
                 FAIL_CHECK("differs from level ", simd_level_name(levels.front()), " in some bits");
               }
+              const std::vector<float> y_packed = run(packed, x, n);
+              if (std::memcmp(first.data(), y_packed.data(), y.size() * sizeof(float)) != 0) {
+                FAIL_CHECK("the packed weight differs from level ", simd_level_name(levels.front()), " in some bits");
+              }
             }
           }
         }
@@ -192,11 +208,16 @@ TEST_CASE("results do not depend on the number of threads") {
   for (DType type : {DType::F16, DType::Q8_0, DType::Q4_1}) {
     const TestWeight t = make_weight(type, 333, 256, 0, 77);
     const auto x = make_activations(9, 256, 78);
+    const Weight packed = packed_copy(t.weight);
     pool.set_threads(1);
     const auto one = run(t.weight, x, 9);
+    const auto one_packed = run(packed, x, 9);
     pool.set_threads(3);
     const auto three = run(t.weight, x, 9);
+    const auto three_packed = run(packed, x, 9);
     CHECK(std::memcmp(one.data(), three.data(), one.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(one.data(), one_packed.data(), one.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(one.data(), three_packed.data(), one.size() * sizeof(float)) == 0);
   }
   pool.set_threads(saved);
 }
@@ -211,12 +232,16 @@ TEST_CASE("a row's result does not depend on the other rows of the batch") {
       CAPTURE(simd_level_name(level));
       CAPTURE(type_traits(type).name);
       const TestWeight t = make_weight(type, 100, 320, 0, 31);
+      Weight packed = t.weight;
+      packed.packed = pack_weight(t.weight);
       const auto x = make_activations(37, 320, 32);
-      const auto batch = run(t.weight, x, 37);
-      for (int row : {0, 5, 36}) {
-        const std::vector<float> alone_x(x.begin() + row * 320, x.begin() + (row + 1) * 320);
-        const auto alone = run(t.weight, alone_x, 1);
-        CHECK(std::memcmp(alone.data(), batch.data() + row * 100, 100 * sizeof(float)) == 0);
+      for (const Weight* w : {static_cast<const Weight*>(&t.weight), static_cast<const Weight*>(&packed)}) {
+        const auto batch = run(*w, x, 37);
+        for (int row : {0, 5, 36}) {
+          const std::vector<float> alone_x(x.begin() + row * 320, x.begin() + (row + 1) * 320);
+          const auto alone = run(*w, alone_x, 1);
+          CHECK(std::memcmp(alone.data(), batch.data() + row * 100, 100 * sizeof(float)) == 0);
+        }
       }
     }
   }
