@@ -48,8 +48,7 @@ void matmul(const Weight& w, const float* x, int n, float* y) {
 
 std::shared_ptr<const void> pack_weight(const Weight& w) {
   check_weight(w, "weight upload");
-  const bool quantised = w.type == DType::Q8_0 || w.type == DType::Q4_0 || w.type == DType::Q4_1;
-  if (!quantised || w.n_out == 0 || simd_level() != SimdLevel::Avx512) return nullptr;
+  if (!is_block_quantised(w.type) || w.n_out == 0 || simd_level() != SimdLevel::Avx512) return nullptr;
   // Anonymous memory of its own, populated in one call rather than page fault by page fault (loading the 1B
   // shape in Q8_0: ~0.45 s for the packing instead of ~1 s). Transparent huge pages (MADV_HUGEPAGE) were
   // measured too: no faster decode, and slower loading.

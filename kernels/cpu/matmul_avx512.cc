@@ -35,6 +35,9 @@ constexpr int kChunkBlocks = 8;
 constexpr int kOnePanelRows = 8;  // activation rows up to which a thread multiplies one panel at a time
 constexpr size_t kPanelWeightBytes = 512;  // 8 groups x 16 rows x 4 values, per block
 
+/// 16-row panels of a weight (the last one partial when n_out is not a multiple of 16).
+int64_t panel_count(const Weight& w) { return (w.n_out + kPanelRows - 1) / kPanelRows; }
+
 size_t panel_block_bytes(bool has_minimum) { return kPanelWeightBytes + 64 + (has_minimum ? 64 : 0); }
 
 // The nearest fp16 value (F16C rounds to nearest even, as fp32_to_fp16 does).
@@ -111,9 +114,22 @@ PanelRows panel_rows(const Weight& w, int64_t first_row) {
   }
 }
 
+/// The first 4 bytes of one block of each of the 16 rows: the fp16 scale in the low half, and for Q4_1 the
+/// fp16 minimum in the high half.
+[[gnu::always_inline]] inline __m512i block_heads(const PanelRows& rows, size_t block_offset) {
+  return _mm512_i32gather_epi32(rows.offsets, rows.row[0] + block_offset, 1);
+}
+
+/// Q4 bytes (two values each) split into their low and high nibbles.
+[[gnu::always_inline]] inline void split_nibbles(__m512i bytes, __m512i& low, __m512i& high) {
+  const __m512i low_nibble = _mm512_set1_epi8(0x0f);
+  low = _mm512_and_si512(bytes, low_nibble);
+  high = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low_nibble);
+}
+
 [[gnu::always_inline]] inline void store_scales(const PanelRows& rows, size_t block_offset, bool has_minimum,
                                                 uint8_t* out) {
-  const __m512i words = _mm512_i32gather_epi32(rows.offsets, rows.row[0] + block_offset, 1);
+  const __m512i words = block_heads(rows, block_offset);
   _mm512_store_ps(out + kPanelWeightBytes, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words)));
   if (has_minimum) {
     _mm512_store_ps(out + kPanelWeightBytes + 64,
@@ -173,13 +189,14 @@ PanelRows panel_rows(const Weight& w, int64_t first_row) {
 
 [[gnu::always_inline]] inline void relay_q4(const PanelRows& rows, int64_t block, size_t block_bytes,
                                             size_t nibbles_offset, bool has_minimum, uint8_t* out) {
-  const __m512i low_nibble = _mm512_set1_epi8(0x0f);
   __m512i words[4];
   q4_words(rows, block, block_bytes, nibbles_offset, words);
 #pragma GCC unroll 4
   for (int t = 0; t < 4; ++t) {
-    _mm512_store_si512(out + 64 * t, _mm512_and_si512(words[t], low_nibble));
-    _mm512_store_si512(out + 256 + 64 * t, _mm512_and_si512(_mm512_srli_epi16(words[t], 4), low_nibble));
+    __m512i low, high;
+    split_nibbles(words[t], low, high);
+    _mm512_store_si512(out + 64 * t, low);
+    _mm512_store_si512(out + 256 + 64 * t, high);
   }
   store_scales(rows, block * block_bytes, has_minimum, out);
 }
@@ -240,7 +257,7 @@ void pack_panel(const Weight& w, int64_t panel, uint8_t* out) {
       q4_words(rows, b, block_bytes, w.type == DType::Q4_0 ? 2 : 4, words);
       for (int t = 0; t < 4; ++t) _mm512_store_si512(values + 64 * t, words[t]);
     }
-    const __m512i words = _mm512_i32gather_epi32(rows.offsets, rows.row[0] + b * block_bytes, 1);
+    const __m512i words = block_heads(rows, b * block_bytes);
     uint8_t* block_scales = scales + b * scale_bytes;
     _mm256_store_si256(reinterpret_cast<__m256i*>(block_scales), _mm512_cvtepi32_epi16(words));
     if (w.type == DType::Q4_1) {
@@ -250,13 +267,25 @@ void pack_panel(const Weight& w, int64_t panel, uint8_t* out) {
   }
 }
 
+/// Where a packed panel's values and scales of one block on lie.
+struct PackedBlocks {
+  const uint8_t* values;
+  const uint8_t* scales;
+};
+
+PackedBlocks packed_blocks(const Weight& w, int64_t panel, int64_t first_block) {
+  const auto* start = static_cast<const uint8_t*>(w.packed.get()) + panel * packed_panel_bytes(w);
+  const int64_t n_blocks = w.n_in / kQuantBlock;
+  return {start + first_block * packed_value_bytes(w.type),
+          start + n_blocks * packed_value_bytes(w.type) + first_block * packed_scale_bytes(w.type)};
+}
+
 // The re-lay of relay_chunk, from a packed panel (values and scales at the chunk's first block): the same
 // buffer, bit for bit, with no gathers or transposes.
 void relay_packed_chunk(DType type, const uint8_t* values, const uint8_t* scales, int n_blocks, uint8_t* out) {
   const bool has_minimum = type == DType::Q4_1;
   const size_t stride = panel_block_bytes(has_minimum);
   const size_t value_bytes = packed_value_bytes(type), scale_bytes = packed_scale_bytes(type);
-  const __m512i low_nibble = _mm512_set1_epi8(0x0f);
   for (int b = 0; b < n_blocks; ++b, out += stride, values += value_bytes, scales += scale_bytes) {
     if (type == DType::Q8_0) {
 #pragma GCC unroll 8
@@ -264,9 +293,10 @@ void relay_packed_chunk(DType type, const uint8_t* values, const uint8_t* scales
     } else {
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) {
-        const __m512i words = _mm512_load_si512(values + 64 * t);
-        _mm512_store_si512(out + 64 * t, _mm512_and_si512(words, low_nibble));
-        _mm512_store_si512(out + 256 + 64 * t, _mm512_and_si512(_mm512_srli_epi16(words, 4), low_nibble));
+        __m512i low, high;
+        split_nibbles(_mm512_load_si512(values + 64 * t), low, high);
+        _mm512_store_si512(out + 64 * t, low);
+        _mm512_store_si512(out + 256 + 64 * t, high);
       }
     }
     _mm512_store_ps(out + kPanelWeightBytes,
@@ -463,10 +493,7 @@ class NextRowsPrefetch {
 /// chunk by chunk from the packed copy when the weight has one, else from its rows.
 void multiply_panels(const Weight& w, WorkRange panels, const int8_t* x_values,
                      const ActivationBlock* x_blocks, int n, float* y, uint8_t* buffer, int max_panels) {
-  const auto* packed = static_cast<const uint8_t*>(w.packed.get());
-  const size_t packed_bytes = packed ? packed_panel_bytes(w) : 0;
-  const size_t value_bytes = packed_value_bytes(w.type), scale_bytes = packed_scale_bytes(w.type);
-  const int64_t n_panels = (w.n_out + kPanelRows - 1) / kPanelRows;
+  const bool packed = w.packed != nullptr;
   const int64_t n_in = w.n_in, n_blocks = n_in / kQuantBlock, n_out = w.n_out;
   const bool has_minimum = w.type == DType::Q4_1;
   const size_t panel_stride = kChunkBlocks * panel_block_bytes(has_minimum);
@@ -490,8 +517,9 @@ void multiply_panels(const Weight& w, WorkRange panels, const int8_t* x_values,
     // so the rows after its range are usually its next ones.
     const int64_t next_row = std::min(n_out, (p0 + group) * kPanelRows);
     const NextRowsPrefetch prefetch =
-        packed ? NextRowsPrefetch(packed + (p0 + group) * packed_bytes,
-                                  std::clamp<int64_t>(n_panels - p0 - group, 0, group) * packed_bytes, n_chunks)
+        packed ? NextRowsPrefetch(packed_blocks(w, p0 + group, 0).values,
+                                  std::clamp<int64_t>(panel_count(w) - p0 - group, 0, group) * packed_panel_bytes(w),
+                                  n_chunks)
                : NextRowsPrefetch(static_cast<const uint8_t*>(w.data) + next_row * w.row_stride,
                                   (std::min(n_out, (p0 + 2 * group) * kPanelRows) - next_row) * w.row_stride,
                                   n_chunks);
@@ -502,9 +530,8 @@ void multiply_panels(const Weight& w, WorkRange panels, const int8_t* x_values,
       prefetch.fetch_slice(chunk);
       for (int p = 0; p < group; ++p) {
         if (packed) {
-          const uint8_t* panel = packed + (p0 + p) * packed_bytes;
-          relay_packed_chunk(w.type, panel + k0 * value_bytes, panel + n_blocks * value_bytes + k0 * scale_bytes,
-                             tile.n_blocks, buffer + p * panel_stride);
+          const PackedBlocks blocks = packed_blocks(w, p0 + p, k0);
+          relay_packed_chunk(w.type, blocks.values, blocks.scales, tile.n_blocks, buffer + p * panel_stride);
         } else {
           relay_chunk(w.type, rows[p], k0, tile.n_blocks, buffer + p * panel_stride);
         }
@@ -531,7 +558,6 @@ void packed_kernel(const Tile& t) {
   __m512 acc[R][C];
   load_accumulators<R, C>(t, acc);
   constexpr int kChains = R * C <= 4 ? 2 : 1;
-  const __m512i low_nibble = _mm512_set1_epi8(0x0f);
   for (int b = 0; b < t.n_blocks; ++b) {
     const uint8_t* block_values = t.values + b * kValueBytes;
     // The hardware prefetchers alone leave decode at ~75% of the machine's read bandwidth (on the 1B shape,
@@ -555,9 +581,7 @@ void packed_kernel(const Tile& t) {
         __m512i low[R], high[R];
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
-          const __m512i bytes = _mm512_load_si512(block_values + r * t.panel_stride + 64 * g);
-          low[r] = _mm512_and_si512(bytes, low_nibble);
-          high[r] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low_nibble);
+          split_nibbles(_mm512_load_si512(block_values + r * t.panel_stride + 64 * g), low[r], high[r]);
         }
 #pragma GCC unroll 4
         for (int c = 0; c < C; ++c) {
@@ -611,20 +635,17 @@ void multiply_packed_panels(const Weight& w, WorkRange panels, const int8_t* x_v
   const int64_t n_in = w.n_in, n_blocks = n_in / kQuantBlock, n_out = w.n_out;
   constexpr int kMaxColumns = 4;
   const int64_t tile_blocks = n <= kMaxColumns ? n_blocks : kChunkBlocks;
-  const size_t panel_bytes = packed_panel_bytes(w);
-  const size_t value_bytes = packed_value_bytes(w.type), scale_bytes = packed_scale_bytes(w.type);
-  const auto* packed = static_cast<const uint8_t*>(w.packed.get());
   Tile tile{};
-  tile.panel_stride = panel_bytes;
+  tile.panel_stride = packed_panel_bytes(w);
   tile.x_row_values = n_in;
   tile.x_row_blocks = n_blocks;
   tile.y_row_stride = n_out;
   for (int64_t p = panels.begin; p < panels.end; ++p) {
-    const uint8_t* panel = packed + p * panel_bytes;
     tile.row_mask[0] = static_cast<__mmask16>((1u << std::min<int64_t>(kPanelRows, n_out - p * kPanelRows)) - 1);
     for (int64_t k0 = 0; k0 < n_blocks; k0 += tile_blocks) {
-      tile.values = panel + k0 * value_bytes;
-      tile.scales = panel + n_blocks * value_bytes + k0 * scale_bytes;
+      const PackedBlocks blocks = packed_blocks(w, p, k0);
+      tile.values = blocks.values;
+      tile.scales = blocks.scales;
       tile.n_blocks = static_cast<int>(std::min<int64_t>(tile_blocks, n_blocks - k0));
       tile.first = k0 == 0;
       for (int c0 = 0; c0 < n; c0 += kMaxColumns) {
@@ -649,7 +670,7 @@ void matmul_quantized(const Weight& w, const float* x, int n, float* y) {
   // up to 8 rows (SmolLM2 B=8: 739 vs 682 tok/s), two panels win from 16 (Llama-3.2-1B shape Q8_0 B=16:
   // 136 vs 129 tok/s).
   const int max_panels = n <= kOnePanelRows ? 1 : 2;
-  const int64_t n_panels = (w.n_out + kPanelRows - 1) / kPanelRows;
+  const int64_t n_panels = panel_count(w);
   const auto quantize_rows = [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       quantize_activation_row(x + c * n_in, n_in, correction_per_sum(w.type), x_values + c * n_in,
@@ -738,7 +759,7 @@ void float_tile(const Weight& w, int64_t row, const float* x, int c0, float* y) 
 
 template <DType T>
 void matmul_float_typed(const Weight& w, const float* x, int n, float* y) {
-  const int64_t n_panels = (w.n_out + kPanelRows - 1) / kPanelRows;
+  const int64_t n_panels = panel_count(w);
   ThreadPool& pool = kernel_pool();
   pool.parallel_for(n_panels, matmul_grain(w, n_panels, kPanelRows, n), [&](int64_t begin, int64_t end) {
     const int64_t row_end = std::min(w.n_out, end * kPanelRows);
@@ -756,11 +777,11 @@ void matmul_float_typed(const Weight& w, const float* x, int n, float* y) {
 }  // namespace
 
 size_t packed_bytes_avx512(const Weight& w) {
-  return static_cast<size_t>((w.n_out + kPanelRows - 1) / kPanelRows) * packed_panel_bytes(w);
+  return static_cast<size_t>(panel_count(w)) * packed_panel_bytes(w);
 }
 
 void pack_weight_avx512(const Weight& w, uint8_t* out) {
-  const int64_t n_panels = (w.n_out + kPanelRows - 1) / kPanelRows;
+  const int64_t n_panels = panel_count(w);
   const size_t panel_bytes = packed_panel_bytes(w);
   ThreadPool& pool = kernel_pool();
   pool.parallel_for(n_panels, pool.grain_for(n_panels), [&](int64_t begin, int64_t end) {

@@ -42,8 +42,14 @@ int64_t matmul_grain(const Weight& w, int64_t n_units, int64_t unit_rows, int n)
 void quantize_activation_row_scalar(const float* x, int64_t n_in, int32_t correction_per_sum, int8_t* values,
                                     ActivationBlock* blocks);
 
+/// Q8_0, Q4_0 and Q4_1: the types multiplied as integer dot products on quantised activations.
+inline bool is_block_quantised(DType type) {
+  return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1;
+}
+
 /// The AVX-512 panel layout of a quantised weight (matmul_avx512.cc): its size, which is the rows' size
-/// rounded up to whole 16-row panels of whole cache lines, and the packing into `out` (64-byte aligned). Weights were validated.
+/// rounded up to whole 16-row panels of whole cache lines, and the packing into `out` (64-byte aligned).
+/// The weight was validated.
 size_t packed_bytes_avx512(const Weight& w);
 void pack_weight_avx512(const Weight& w, uint8_t* out);
 

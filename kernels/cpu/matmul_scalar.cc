@@ -131,7 +131,7 @@ void matmul_float(const Weight& w, const float* x, int n, float* y) {
 }  // namespace
 
 void matmul_scalar(const Weight& w, const float* x, int n, float* y) {
-  if (w.type == DType::Q8_0 || w.type == DType::Q4_0 || w.type == DType::Q4_1) {
+  if (is_block_quantised(w.type)) {
     matmul_quantized(w, x, n, y);
   } else {
     matmul_float(w, x, n, y);
