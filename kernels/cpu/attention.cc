@@ -109,6 +109,29 @@ void exp_inplace(float* __restrict x, int n) {
   }
 }
 
+/// The softmax step of one page for nq score rows (ld floats apart), row i seeing its first limit[i] keys:
+/// row_max[i] = max(m[i], those scores), the scores become exp(score - row_max[i]) and the rest of the row
+/// zeros, and row_sum[i] is their sum added left to right. A row with limit[i] <= 0 becomes zeros.
+void softmax_rows(float* s, int nq, int ld, const int* limit, const float* m, float* row_max, float* row_sum) {
+  for (int i = 0; i < nq; ++i) {
+    float* si = s + size_t(i) * ld;
+    const int n = limit[i];
+    if (n <= 0) {
+      std::fill(si, si + ld, 0.0f);
+      continue;
+    }
+    float mx = m[i];
+    for (int j = 0; j < n; ++j) mx = std::max(mx, si[j]);
+    for (int j = 0; j < n; ++j) si[j] -= mx;
+    exp_inplace(si, n);
+    float sum = 0.0f;
+    for (int j = 0; j < n; ++j) sum += si[j];
+    std::fill(si + n, si + ld, 0.0f);
+    row_max[i] = mx;
+    row_sum[i] = sum;
+  }
+}
+
 /// S[i][j] = scale * sum_d Q[i][d] * Kt[d][j] for nq query vectors against the keys of one page tile
 /// (Kt: [head_dim][ld], ld = page_tokens). Columns past n_keys are computed from whatever the page holds
 /// there and ignored by the caller.
@@ -213,7 +236,8 @@ void decode_row(DType type, const std::byte* src, float* dst, int n) {
 
 /// Per-thread working memory of run_tile (grown once, reused: the hot loop allocates nothing).
 struct TileScratch {
-  std::vector<float> q_base, q_rot, acc, s, m, l, corr, total_acc, total_m, total_l, k_tile, v_rows;
+  std::vector<float> q_base, q_rot, acc, s, m, l, corr, row_max, row_sum, total_acc, total_m, total_l, k_tile, v_rows;
+  std::vector<int> limit;
 };
 
 /// The keys ([head_dim][page_tokens] tile) and values (rows of v_stride floats) of one KV head in one layer
@@ -289,6 +313,9 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
   std::vector<float>& m = scratch.m;
   std::vector<float>& l = scratch.l;
   std::vector<float>& corr = scratch.corr;
+  std::vector<float>& row_max = scratch.row_max;
+  std::vector<float>& row_sum = scratch.row_sum;
+  std::vector<int>& limit = scratch.limit;
   std::vector<float>& total_acc = scratch.total_acc;
   std::vector<float>& total_m = scratch.total_m;
   std::vector<float>& total_l = scratch.total_l;
@@ -298,6 +325,9 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
   m.resize(nq);
   l.resize(nq);
   corr.resize(nq);
+  row_max.resize(nq);
+  row_sum.resize(nq);
+  limit.resize(nq);
   total_acc.assign(size_t(nq) * head_dim, 0.0f);
   total_m.assign(nq, -std::numeric_limits<float>::infinity());
   total_l.assign(nq, 0.0f);
@@ -343,24 +373,20 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
         if (!avx512 || !scores_tile_avx512(qs, nq, page.kt, n_keys, ld, head_dim, scale, s.data()))
           scores_tile(qs, nq, page.kt, n_keys, ld, head_dim, scale, s.data());
         for (int i = 0; i < nq; ++i) {
-          float* si = s.data() + size_t(i) * ld;
-          int row = row0 + i / heads_per_kv;
-          int limit = seg.causal_base >= 0 ? std::min(n_keys, seg.causal_base + row + 1 - t0) : n_keys;
-          if (limit <= 0) {
+          const int row = row0 + i / heads_per_kv;
+          limit[i] = seg.causal_base >= 0 ? std::min(n_keys, seg.causal_base + row + 1 - t0) : n_keys;
+        }
+        if (!avx512 ||
+            !softmax_rows_avx512(s.data(), nq, ld, limit.data(), m.data(), row_max.data(), row_sum.data()))
+          softmax_rows(s.data(), nq, ld, limit.data(), m.data(), row_max.data(), row_sum.data());
+        for (int i = 0; i < nq; ++i) {
+          if (limit[i] <= 0) {
             corr[i] = 1.0f;
-            std::fill(si, si + ld, 0.0f);
             continue;
           }
-          float mx = m[i];
-          for (int j = 0; j < limit; ++j) mx = std::max(mx, si[j]);
-          float c = std::exp(m[i] - mx);  // exp(-inf) = 0 on the chunk's first page
-          for (int j = 0; j < limit; ++j) si[j] -= mx;
-          exp_inplace(si, limit);
-          float sum = 0.0f;
-          for (int j = 0; j < limit; ++j) sum += si[j];
-          for (int j = limit; j < ld; ++j) si[j] = 0.0f;
-          l[i] = l[i] * c + sum;
-          m[i] = mx;
+          const float c = std::exp(m[i] - row_max[i]);  // exp(-inf) = 0 on the chunk's first page
+          l[i] = l[i] * c + row_sum[i];
+          m[i] = row_max[i];
           corr[i] = c;
         }
         if (!avx512 || !accumulate_tile_avx512(acc.data(), corr.data(), s.data(), nq, ld, page.v, page.v_stride,

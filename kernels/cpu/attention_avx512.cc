@@ -1,10 +1,12 @@
-// The two inner products of segment attention (attention.cc) with AVX-512: scores of query vectors against
-// a page's key tile, and the probability-weighted sum of a page's value rows.
+// The inner loops of segment attention (attention.cc) with AVX-512: scores of query vectors against a page's
+// key tile, the softmax step of a page, and the probability-weighted sum of a page's value rows.
 //
 // The portable loops in attention.cc keep one chain of fused multiply-adds per 16 outputs, so they wait on
-// the FMA latency; these keep up to 8 independent chains in flight and load each key or value vector once
-// for several queries. Every output is still the same chain in the same order (fma over d for a score,
-// over j for a value sum), so the results are those of attention.cc's x86-64-v4 code, bit for bit.
+// the FMA latency; these keep 16 independent chains in flight (tiles of 8 queries x 32 keys, or 4 rows x 64
+// value dims) and load each key or value vector once for several queries. Every output is still the same
+// chain in the same order (fma over d for a score, over j for a value sum). The softmax step computes
+// exp_inplace's polynomial 16 lanes at a time and adds each row's sum left to right, 16 rows at once in the
+// lanes of a transposed block. So the results are those of attention.cc's x86-64-v4 code, bit for bit.
 
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -24,22 +26,49 @@ namespace {
 
 constexpr int kLanes = 16;
 
-/// NQ queries (head_dim floats each) against the keys [j0, j0 + 16) of a [head_dim][ld] tile.
+/// The step both inner products are made of: a[i][b] += x[i * stride] * y[b] for an R x C tile of registers
+/// (one rank-1 update; each output stays one chain of fused multiply-adds).
+template <int R, int C>
+[[gnu::always_inline]] inline void rank1_update(__m512 (&a)[R][C], const __m512 (&y)[C], const float* x,
+                                                size_t stride) {
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+    const __m512 w = _mm512_set1_ps(x[size_t(i) * stride]);
+#pragma GCC unroll 8
+    for (int b = 0; b < C; ++b) a[i][b] = _mm512_fmadd_ps(w, y[b], a[i][b]);
+  }
+}
+
+/// NQ queries (head_dim floats each) against KB blocks of 16 keys from j0 of a [head_dim][ld] tile.
+template <int NQ, int KB>
+[[gnu::always_inline]] inline void scores_keys(const float* qs, const float* kt, int j0, int ld, int head_dim,
+                                               __m512 factor, float* s) {
+  __m512 acc[NQ][KB];
+#pragma GCC unroll 8
+  for (int i = 0; i < NQ; ++i)
+#pragma GCC unroll 2
+    for (int b = 0; b < KB; ++b) acc[i][b] = _mm512_setzero_ps();
+  for (int d = 0; d < head_dim; ++d) {
+    __m512 k[KB];
+#pragma GCC unroll 2
+    for (int b = 0; b < KB; ++b) k[b] = _mm512_loadu_ps(kt + size_t(d) * ld + j0 + b * kLanes);
+    rank1_update(acc, k, qs + d, size_t(head_dim));
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < NQ; ++i)
+#pragma GCC unroll 2
+    for (int b = 0; b < KB; ++b)
+      _mm512_storeu_ps(s + size_t(i) * ld + j0 + b * kLanes, _mm512_mul_ps(acc[i][b], factor));
+}
+
+/// NQ queries against the keys [0, n_keys) of a [head_dim][ld] tile, 32 keys at a time (each query value
+/// then feeds two multiply-adds per load), the last 16 alone.
 template <int NQ>
 void scores_block(const float* qs, const float* kt, int n_keys, int ld, int head_dim, float scale, float* s) {
   const __m512 factor = _mm512_set1_ps(scale);
-  for (int j0 = 0; j0 < n_keys; j0 += kLanes) {
-    __m512 acc[NQ];
-#pragma GCC unroll 8
-    for (int i = 0; i < NQ; ++i) acc[i] = _mm512_setzero_ps();
-    for (int d = 0; d < head_dim; ++d) {
-      const __m512 k = _mm512_loadu_ps(kt + size_t(d) * ld + j0);
-#pragma GCC unroll 8
-      for (int i = 0; i < NQ; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(qs[size_t(i) * head_dim + d]), k, acc[i]);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < NQ; ++i) _mm512_storeu_ps(s + size_t(i) * ld + j0, _mm512_mul_ps(acc[i], factor));
-  }
+  int j0 = 0;
+  for (; j0 + 2 * kLanes <= n_keys; j0 += 2 * kLanes) scores_keys<NQ, 2>(qs, kt, j0, ld, head_dim, factor, s);
+  for (; j0 < n_keys; j0 += kLanes) scores_keys<NQ, 1>(qs, kt, j0, ld, head_dim, factor, s);
 }
 
 /// NQ rows of D floats: acc = acc * corr + sum_j p[j] * v[j].
@@ -59,12 +88,7 @@ void accumulate_block(float* acc, const float* corr, const float* p, int ld, con
     __m512 vv[kVectors];
 #pragma GCC unroll 8
     for (int b = 0; b < kVectors; ++b) vv[b] = _mm512_loadu_ps(vj + b * kLanes);
-#pragma GCC unroll 4
-    for (int i = 0; i < NQ; ++i) {
-      const __m512 w = _mm512_set1_ps(p[size_t(i) * ld + j]);
-#pragma GCC unroll 8
-      for (int b = 0; b < kVectors; ++b) a[i][b] = _mm512_fmadd_ps(w, vv[b], a[i][b]);
-    }
+    rank1_update(a, vv, p + j, size_t(ld));
   }
 #pragma GCC unroll 4
   for (int i = 0; i < NQ; ++i)
@@ -75,11 +99,68 @@ void accumulate_block(float* acc, const float* corr, const float* p, int ld, con
 template <int D>
 void accumulate_rows(float* acc, const float* corr, const float* p, int nq, int ld, const float* v, size_t v_stride,
                      int n_keys) {
-  constexpr int kRows = D <= 64 ? 2 : 1;  // 2 x 64 or 1 x 128 floats: 8 registers of chains
+  constexpr int kRows = D <= 64 ? 4 : 2;  // 4 x 64 or 2 x 128 floats: 16 registers of chains
   int i = 0;
   for (; i + kRows <= nq; i += kRows)
     accumulate_block<kRows, D>(acc + size_t(i) * D, corr + i, p + size_t(i) * ld, ld, v, v_stride, n_keys);
   for (; i < nq; ++i) accumulate_block<1, D>(acc + size_t(i) * D, corr + i, p + size_t(i) * ld, ld, v, v_stride, n_keys);
+}
+
+/// A 16 x 16 transpose in registers: lane k of out[c] is lane c of r[k].
+[[gnu::always_inline]] inline void transpose16(const __m512 r[kLanes], __m512 out[kLanes]) {
+  __m512 t[kLanes], u[kLanes];
+  // Within each 128-bit lane: pairs, then quads of rows.
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+  }
+  // u[4g + j], lane k: column 4k + j of rows 4g .. 4g + 3.
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 2]);
+    const __m512d c = _mm512_castps_pd(t[4 * g + 1]), d = _mm512_castps_pd(t[4 * g + 3]);
+    u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+  }
+  // Across lanes: column 4k + j gathers lane k of u[j], u[4 + j], u[8 + j], u[12 + j].
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44), v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xee);
+    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x44);
+    const __m512 v3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xee);
+    out[j] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+    out[4 + j] = _mm512_shuffle_f32x4(v0, v2, 0xdd);
+    out[8 + j] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+    out[12 + j] = _mm512_shuffle_f32x4(v1, v3, 0xdd);
+  }
+}
+
+/// attention.cc's exp_inplace for 16 floats, as its x86-64-v4 clone computes it: the same operations, fused
+/// into the same multiply-adds, so the same bits (the SIMD-level test compares the two).
+[[gnu::always_inline]] inline __m512 exp16(__m512 x) {
+  const __m512 low = _mm512_set1_ps(-87.0f);
+  const __m512 v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, low, _CMP_LT_OQ), x, low);
+  const __m512 k = _mm512_roundscale_ps(
+      _mm512_fmadd_ps(v, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
+      _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), v);
+  r = _mm512_fmadd_ps(k, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(k), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
+}
+
+/// The mask of lanes [0, n) of a 16-lane block (n clamped to 0 .. 16).
+inline __mmask16 first_lanes(int n) {
+  return n <= 0 ? __mmask16(0) : n >= kLanes ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1);
 }
 
 /// 32 floats (two vectors) of one Q8_0 block: int8 times the block's fp16 scale, as q8_0_row computes them.
@@ -133,38 +214,55 @@ bool decode_key_tile_avx512(DType type, const std::byte* rows, size_t row_bytes,
     }
     const __mmask16 keys = static_cast<__mmask16>((1u << n) - 1);
     for (int c0 = 0; c0 < head_dim; c0 += kLanes) {
-      __m512 r[kLanes], t[kLanes], u[kLanes];
+      __m512 r[kLanes], columns[kLanes];
 #pragma GCC unroll 16
       for (int k = 0; k < kLanes; ++k) r[k] = _mm512_load_ps(block + k * head_dim + c0);
-      // Within each 128-bit lane: pairs, then quads of rows.
-#pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) {
-        t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
-        t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
-      }
-      // u[4g + j], lane k: column 4k + j of rows 4g .. 4g + 3.
-#pragma GCC unroll 4
-      for (int g = 0; g < 4; ++g) {
-        const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 2]);
-        const __m512d c = _mm512_castps_pd(t[4 * g + 1]), d = _mm512_castps_pd(t[4 * g + 3]);
-        u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
-      }
-      // Across lanes: column 4k + j gathers lane k of u[j], u[4 + j], u[8 + j], u[12 + j].
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        const __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44), v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xee);
-        const __m512 v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x44);
-        const __m512 v3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xee);
-        const __m512 columns[4] = {_mm512_shuffle_f32x4(v0, v2, 0x88), _mm512_shuffle_f32x4(v0, v2, 0xdd),
-                                   _mm512_shuffle_f32x4(v1, v3, 0x88), _mm512_shuffle_f32x4(v1, v3, 0xdd)};
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; ++k)
-          _mm512_mask_storeu_ps(tile + size_t(c0 + 4 * k + j) * ld + t0, keys, columns[k]);
-      }
+      transpose16(r, columns);
+#pragma GCC unroll 16
+      for (int c = 0; c < kLanes; ++c) _mm512_mask_storeu_ps(tile + size_t(c0 + c) * ld + t0, keys, columns[c]);
     }
+  }
+  return true;
+}
+
+bool softmax_rows_avx512(float* s, int nq, int ld, const int* limit, const float* m, float* mx, float* sum) {
+  if (ld % kLanes != 0) return false;
+  int widest = 0;  // columns any row keeps; past them every row is zeros
+  for (int i = 0; i < nq; ++i) {
+    float* si = s + size_t(i) * ld;
+    const int n = limit[i];
+    widest = std::max(widest, n);
+    if (n <= 0) {
+      for (int j0 = 0; j0 < ld; j0 += kLanes) _mm512_storeu_ps(si + j0, _mm512_setzero_ps());
+      continue;
+    }
+    __m512 high = _mm512_set1_ps(m[i]);
+    for (int j0 = 0; j0 < n; j0 += kLanes)
+      high = _mm512_mask_max_ps(high, first_lanes(n - j0), high, _mm512_maskz_loadu_ps(first_lanes(n - j0), si + j0));
+    mx[i] = _mm512_reduce_max_ps(high);
+    const __m512 shift = _mm512_set1_ps(mx[i]);
+    for (int j0 = 0; j0 < ld; j0 += kLanes) {
+      const __mmask16 keep = first_lanes(n - j0);
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(keep, si + j0), shift));
+      _mm512_storeu_ps(si + j0, _mm512_maskz_mov_ps(keep, e));
+    }
+  }
+  // Each row's sum left to right from 0, as run_tile's loop adds it: 16 rows at a time, one per lane, by
+  // transposing 16 x 16 blocks (adding the zeros past a row's limit leaves its sum as it was).
+  const int columns = (widest + kLanes - 1) / kLanes * kLanes;
+  for (int i0 = 0; i0 < nq; i0 += kLanes) {
+    const int rows = std::min(kLanes, nq - i0);
+    __m512 total = _mm512_setzero_ps();
+    for (int j0 = 0; j0 < columns; j0 += kLanes) {
+      __m512 r[kLanes], c[kLanes];
+#pragma GCC unroll 16
+      for (int k = 0; k < kLanes; ++k)
+        r[k] = k < rows ? _mm512_loadu_ps(s + size_t(i0 + k) * ld + j0) : _mm512_setzero_ps();
+      transpose16(r, c);
+#pragma GCC unroll 16
+      for (int k = 0; k < kLanes; ++k) total = _mm512_add_ps(total, c[k]);
+    }
+    _mm512_mask_storeu_ps(sum + i0, first_lanes(rows), total);
   }
   return true;
 }

@@ -14,6 +14,10 @@ bool scores_tile_avx512(const float* qs, int nq, const float* kt, int n_keys, in
                         float* s);
 bool accumulate_tile_avx512(float* acc, const float* corr, const float* p, int nq, int ld, const float* v,
                             size_t v_stride, int n_keys, int head_dim);
+/// attention.cc's softmax_rows (one page's softmax step for nq score rows ld floats apart, row i keeping its
+/// first limit[i] scores), giving the same bits as its x86-64-v4 code; false, computing nothing, when ld is
+/// not a multiple of 16.
+bool softmax_rows_avx512(float* s, int nq, int ld, const int* limit, const float* m, float* row_max, float* row_sum);
 
 /// Decodes n_rows rows of n values in a cache type (F16 or Q8_0; rows row_bytes apart) to floats, out_stride
 /// floats apart; the values are attention.cc's decode_row's exactly (both conversions are exact).
