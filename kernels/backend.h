@@ -28,6 +28,12 @@ struct Weight {
   std::shared_ptr<const void> packed;
 };
 
+/// One product of a group (Backend::matmul_group): y = w · x, y of [n, w->n_out] floats.
+struct MatmulOutput {
+  const Weight* w = nullptr;
+  float* y = nullptr;
+};
+
 /// How rotary embeddings are applied. Angles are linear in the position, so a rotation by a then by b equals
 /// one by a+b; virtual repositioning relies on that.
 struct RopeParams {
@@ -146,6 +152,10 @@ class Backend {
   virtual Weight upload_weight(const Weight& w) = 0;
   /// y[i, :] = W · x[i, :] for i < n.   x: [n, n_in], y: [n, n_out].
   virtual void matmul(const Weight& w, const float* x, int n, float* y) = 0;
+  /// matmul of one input x ([n, n_in]) by several weights of that n_in (a layer's q, k and v projections,
+  /// or its gate and up), each into its own output. The results are matmul's, weight by weight, bit for bit;
+  /// a backend may run the group as one product (the CPU backend: one loop, the input quantised once).
+  virtual void matmul_group(std::span<const MatmulOutput> outputs, const float* x, int n) = 0;
   /// out[i, :] = row ids[i] of the table, dequantised.
   virtual void embed(const Weight& table, std::span<const int32_t> ids, float* out) = 0;
   /// out[i, :] = x[i, :] / rms(x[i, :]) * weight.

@@ -37,6 +37,9 @@ class CpuBackend final : public Backend {
     return uploaded;
   }
   void matmul(const Weight& w, const float* x, int n, float* y) override { cpu::matmul(w, x, n, y); }
+  void matmul_group(std::span<const MatmulOutput> outputs, const float* x, int n) override {
+    cpu::matmul_group(outputs, x, n);
+  }
   void embed(const Weight& table, std::span<const int32_t> ids, float* out) override {
     cpu::dequantize_rows(table, ids, out);
   }

@@ -46,6 +46,18 @@ void matmul(const Weight& w, const float* x, int n, float* y) {
   }
 }
 
+void matmul_group(std::span<const MatmulOutput> outputs, const float* x, int n) {
+  bool together = simd_level() == SimdLevel::Avx512 && !outputs.empty() && outputs.size() <= kMaxGroupWeights;
+  for (const MatmulOutput& o : outputs) {
+    check_weight(*o.w, "matmul");
+    together = together && is_block_quantised(o.w->type) && o.w->type == outputs.front().w->type &&
+               o.w->n_in == outputs.front().w->n_in && o.w->n_out > 0;
+  }
+  if (n <= 0) return;
+  if (together) return matmul_group_avx512(outputs, x, n);
+  for (const MatmulOutput& o : outputs) matmul(*o.w, x, n, o.y);
+}
+
 std::shared_ptr<const void> pack_weight(const Weight& w) {
   check_weight(w, "weight upload");
   if (!is_block_quantised(w.type) || w.n_out == 0 || simd_level() != SimdLevel::Avx512) return nullptr;

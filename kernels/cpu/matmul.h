@@ -25,6 +25,11 @@ namespace choreo::kernels::cpu {
 /// Throws InputError for an unsupported weight type or a row length that is not a whole number of blocks.
 void matmul(const Weight& w, const float* x, int n, float* y);
 
+/// matmul(*o.w, x, n, o.y) for every o of `outputs` (weights of one n_in), with the same results bit for bit.
+/// On AVX-512, quantised weights of one type run as one product: the input quantised once, one parallel
+/// loop over all their panels (decode: a layer's q, k and v meet the threads once instead of three times).
+void matmul_group(std::span<const MatmulOutput> outputs, const float* x, int n);
+
 /// A copy of a quantised weight (Q8_0, Q4_0, Q4_1) in the AVX-512 panel layout, for Weight::packed; null when
 /// this CPU has no AVX-512 or the type has no packed layout. Throws InputError as matmul() does.
 std::shared_ptr<const void> pack_weight(const Weight& w);

@@ -19,7 +19,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
+#include <span>
 
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/scratch.h"
@@ -658,8 +660,12 @@ void multiply_packed_panels(const Weight& w, WorkRange panels, const int8_t* x_v
   }
 }
 
-void matmul_quantized(const Weight& w, const float* x, int n, float* y) {
-  const int64_t n_in = w.n_in, n_blocks = n_in / kQuantBlock;
+/// The products of one input with several quantised weights of one type and row length (a single weight,
+/// or a layer's q, k and v): the input is quantised once, and one loop runs over every weight's panels, so
+/// the threads meet once for the whole group instead of once per weight.
+void matmul_quantized(std::span<const MatmulOutput> outputs, const float* x, int n) {
+  const Weight& w0 = *outputs.front().w;
+  const int64_t n_in = w0.n_in, n_blocks = n_in / kQuantBlock;
   std::byte* memory = thread_scratch(ScratchSlot::Activations)
                           .reserve(static_cast<size_t>(n) * (n_in + n_blocks * sizeof(ActivationBlock)));
   auto* x_blocks = reinterpret_cast<ActivationBlock*>(memory);
@@ -670,10 +676,18 @@ void matmul_quantized(const Weight& w, const float* x, int n, float* y) {
   // up to 8 rows (SmolLM2 B=8: 739 vs 682 tok/s), two panels win from 16 (Llama-3.2-1B shape Q8_0 B=16:
   // 136 vs 129 tok/s).
   const int max_panels = n <= kOnePanelRows ? 1 : 2;
-  const int64_t n_panels = panel_count(w);
+  // Panel p of the group is panel p - first[j] of weight j, for first[j] <= p < first[j + 1].
+  assert(outputs.size() <= kMaxGroupWeights);
+  int64_t first[kMaxGroupWeights + 1] = {0};
+  bool packed = true;
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    first[j + 1] = first[j] + panel_count(*outputs[j].w);
+    packed = packed && outputs[j].w->packed != nullptr;
+  }
+  const int64_t n_panels = first[outputs.size()];
   const auto quantize_rows = [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      quantize_activation_row(x + c * n_in, n_in, correction_per_sum(w.type), x_values + c * n_in,
+      quantize_activation_row(x + c * n_in, n_in, correction_per_sum(w0.type), x_values + c * n_in,
                               x_blocks + c * n_blocks);
     }
   };
@@ -684,18 +698,29 @@ void matmul_quantized(const Weight& w, const float* x, int n, float* y) {
   } else {
     quantize_rows(0, n);
   }
+  // Runs multiply(weight, its panels, its y) for each weight's part of the group's panels [begin, end).
+  const auto for_each_weight = [&](int64_t begin, int64_t end, auto&& multiply) {
+    for (size_t j = 0; j < outputs.size(); ++j) {
+      const int64_t b = std::max(begin, first[j]), e = std::min(end, first[j + 1]);
+      if (b < e) multiply(*outputs[j].w, WorkRange{b - first[j], e - first[j]}, outputs[j].y);
+    }
+  };
   // Decode reads the packed copy as it is; more rows re-lay it chunk by chunk into L1, where each chunk is
   // reused by every row (unpacking Q4 nibbles once per chunk instead of once per row tile).
-  if (w.packed && n <= kOnePanelRows) {
-    pool.parallel_for(n_panels, matmul_grain(w, n_panels, kPanelRows, n), [&](int64_t begin, int64_t end) {
-      multiply_packed_panels(w, {begin, end}, x_values, x_blocks, n, y);
+  if (packed && n <= kOnePanelRows) {
+    pool.parallel_for(n_panels, matmul_grain(w0, n_panels, kPanelRows, n), [&](int64_t begin, int64_t end) {
+      for_each_weight(begin, end, [&](const Weight& w, WorkRange panels, float* y) {
+        multiply_packed_panels(w, panels, x_values, x_blocks, n, y);
+      });
     });
     return;
   }
-  pool.parallel_for(n_panels, matmul_grain(w, n_panels, kPanelRows, n), [&](int64_t begin, int64_t end) {
+  pool.parallel_for(n_panels, matmul_grain(w0, n_panels, kPanelRows, n), [&](int64_t begin, int64_t end) {
     auto* buffer = reinterpret_cast<uint8_t*>(
         thread_scratch(ScratchSlot::Panels).reserve(max_panels * kChunkBlocks * panel_block_bytes(true)));
-    multiply_panels(w, {begin, end}, x_values, x_blocks, n, y, buffer, max_panels);
+    for_each_weight(begin, end, [&](const Weight& w, WorkRange panels, float* y) {
+      multiply_panels(w, panels, x_values, x_blocks, n, y, buffer, max_panels);
+    });
   });
 }
 
@@ -797,9 +822,15 @@ void matmul_avx512(const Weight& w, const float* x, int n, float* y) {
       return matmul_float_typed<DType::F16>(w, x, n, y);
     case DType::BF16:
       return matmul_float_typed<DType::BF16>(w, x, n, y);
-    default:
-      return matmul_quantized(w, x, n, y);
+    default: {
+      const MatmulOutput output{&w, y};
+      return matmul_quantized({&output, 1}, x, n);
+    }
   }
+}
+
+void matmul_group_avx512(std::span<const MatmulOutput> outputs, const float* x, int n) {
+  matmul_quantized(outputs, x, n);
 }
 
 }  // namespace choreo::kernels::cpu

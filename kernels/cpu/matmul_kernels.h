@@ -12,6 +12,7 @@
 // accumulated over the blocks of a row in order, starting from acc = 0.
 
 #include <cstdint>
+#include <span>
 
 #include "kernels/backend.h"
 
@@ -58,5 +59,8 @@ void pack_weight_avx512(const Weight& w, uint8_t* out);
 void matmul_scalar(const Weight& w, const float* x, int n, float* y);
 void matmul_avx2(const Weight& w, const float* x, int n, float* y);
 void matmul_avx512(const Weight& w, const float* x, int n, float* y);
+/// Several quantised weights of one type and n_in (at most kMaxGroupWeights) times one input.
+constexpr size_t kMaxGroupWeights = 8;
+void matmul_group_avx512(std::span<const MatmulOutput> outputs, const float* x, int n);
 
 }  // namespace choreo::kernels::cpu

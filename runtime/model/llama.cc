@@ -223,9 +223,8 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
     const LayerWeights& L = layers_[l];
     // Attention block.
     be.rmsnorm(s.x.data(), L.attn_norm.data(), n, c.dim, c.rms_eps, s.xb.data());
-    be.matmul(L.wq, s.xb.data(), n, s.q.data());
-    be.matmul(L.wk, s.xb.data(), n, s.k.data());
-    be.matmul(L.wv, s.xb.data(), n, s.v.data());
+    const kernels::MatmulOutput qkv[] = {{&L.wq, s.q.data()}, {&L.wk, s.k.data()}, {&L.wv, s.v.data()}};
+    be.matmul_group(qkv, s.xb.data(), n);
     be.rope(s.q.data(), n, c.n_heads, c.head_dim, batch.positions.data(), rope);
     be.rope(s.k.data(), n, c.n_kv_heads, c.head_dim, batch.positions.data(), rope);
     be.store_kv(kv, l, batch.kv_page, batch.kv_slot, s.k.data(), s.v.data());
@@ -234,8 +233,8 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
     be.add(s.x.data(), s.xb2.data(), size_t(n) * c.dim);
     // Feed-forward block.
     be.rmsnorm(s.x.data(), L.ffn_norm.data(), n, c.dim, c.rms_eps, s.xb.data());
-    be.matmul(L.w_gate, s.xb.data(), n, s.hb.data());
-    be.matmul(L.w_up, s.xb.data(), n, s.hb2.data());
+    const kernels::MatmulOutput gate_up[] = {{&L.w_gate, s.hb.data()}, {&L.w_up, s.hb2.data()}};
+    be.matmul_group(gate_up, s.xb.data(), n);
     be.swiglu(s.hb.data(), s.hb2.data(), size_t(n) * c.ffn_dim, s.hb.data());
     be.matmul(L.w_down, s.hb.data(), n, s.xb2.data());
     be.add(s.x.data(), s.xb2.data(), size_t(n) * c.dim);

@@ -247,6 +247,57 @@ TEST_CASE("a row's result does not depend on the other rows of the batch") {
   }
 }
 
+// matmul_group runs a layer's q, k and v (or gate and up) as one product on AVX-512: its panels are counted
+// across the weights, so a thread's piece can end inside one weight and go on into the next. Every output
+// must still be matmul's, weight by weight, bit for bit, and nothing outside the outputs may be written.
+TEST_CASE("a group of products of one input gives each weight's matmul, bit for bit") {
+  LevelGuard guard;
+  kernels::cpu::ThreadPool& pool = kernels::cpu::kernel_pool();
+  const int saved = pool.threads();
+  const int64_t n_in = 256;
+  const int64_t n_outs[] = {100, 16, 333};  // partial panels at the first weight's end and the last's
+  const std::vector<std::vector<DType>> groups = {{DType::Q8_0, DType::Q8_0, DType::Q8_0},
+                                                  {DType::Q4_0, DType::Q4_0, DType::Q4_0},
+                                                  {DType::Q4_1, DType::Q4_1, DType::Q4_1},
+                                                  {DType::Q4_1, DType::F16, DType::Q8_0}};  // not one product
+  for (SimdLevel level : available_levels()) {
+    set_simd_level(level);
+    for (const std::vector<DType>& types : groups) {
+      std::vector<TestWeight> weights;
+      for (size_t j = 0; j < types.size(); ++j) weights.push_back(make_weight(types[j], n_outs[j], n_in, 0, 90 + j));
+      for (bool packed : {false, true}) {
+        std::vector<Weight> ws;
+        for (const TestWeight& t : weights) ws.push_back(packed ? packed_copy(t.weight) : t.weight);
+        for (int threads : {1, 3}) {
+          pool.set_threads(threads);
+          for (int n : {1, 4, 9, 20}) {
+            CAPTURE(simd_level_name(level));
+            CAPTURE(type_traits(types[0]).name);
+            CAPTURE(packed);
+            CAPTURE(threads);
+            CAPTURE(n);
+            const auto x = make_activations(n, n_in, 91);
+            std::vector<std::vector<float>> ys;
+            std::vector<MatmulOutput> outputs;
+            for (const Weight& w : ws) {
+              ys.emplace_back(n * w.n_out + kGuard, std::numeric_limits<float>::quiet_NaN());
+              std::fill(ys.back().end() - kGuard, ys.back().end(), 12345.0f);
+            }
+            for (size_t j = 0; j < ws.size(); ++j) outputs.push_back({&ws[j], ys[j].data()});
+            matmul_group(outputs, x.data(), n);
+            for (size_t j = 0; j < ws.size(); ++j) {
+              for (int g = 0; g < kGuard; ++g) REQUIRE(ys[j][n * ws[j].n_out + g] == 12345.0f);
+              const auto alone = run(ws[j], x, n);
+              CHECK(std::memcmp(alone.data(), ys[j].data(), alone.size() * sizeof(float)) == 0);
+            }
+          }
+        }
+      }
+    }
+  }
+  pool.set_threads(saved);
+}
+
 TEST_CASE("float weights accept rows that are not a multiple of the vector width") {
   LevelGuard guard;
   for (SimdLevel level : available_levels()) {
