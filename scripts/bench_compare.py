@@ -3,7 +3,8 @@
 same thread count, in one run. Prints Markdown tables with the ratio choreo/llama.cpp for every row.
 
 usage: scripts/bench_compare.py [MODEL.gguf ...] [-t 2] [-r 5] [--rows idle,depth,busy,parallel]
-                                [--depth 4096] [--parallel 1,2,4,8,16] [--peer python]
+                                [--depth 4096] [--depth-cache f32,f16] [--parallel 1,2,4,8,16]
+                                [--peer python]
 
 Models: by default SmolLM2-135M-Instruct Q4_1 (the one scripts/setup.sh installs) and the Llama-3.2-1B shape
 in Q8_0 and Q4_0, made by `choreo model synth` into ~/.cache/choreo/bench-models when missing.
@@ -15,7 +16,8 @@ uses the older Python reference (tests/reference/llama_bench.py, llama-cpp-pytho
 Rows, each measured for both tools:
   idle      pp512 and tg128 (llama-bench -p 512 -n 128)
   depth     pp512 and tg128 with 4096 tokens already in the cache (-d 4096); choreo with its default f32 KV
-            cache and with f16 (llama.cpp's default)
+            cache and with f16 (llama.cpp's default); --depth-cache picks which (a 16K-token depth costs
+            minutes per fill: `--depth 16384 --depth-cache f32 -n 0` measures prefill alone)
   busy      tg128 while `stress-ng --cpu 1` keeps one core busy (both tools under the same load)
   parallel  decode throughput of B sequences decoded together, B = 1, 2, 4, 8, 16, each generating 32 tokens
             after a 128-token prompt (llama-batched-bench -npp 128 -ntg 32 -npl ...)
@@ -150,6 +152,7 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--rows", default="idle,depth,busy,parallel")
     ap.add_argument("--depth", type=int, default=4096)
+    ap.add_argument("--depth-cache", default="f32,f16", help="choreo's KV cache types in the depth row")
     ap.add_argument("--parallel", default="1,2,4,8,16")
     ap.add_argument("--parallel-n", type=int, default=32, help="tokens each parallel sequence generates")
     ap.add_argument("--peer", choices=["llama-bench", "python"], default="llama-bench")
@@ -184,10 +187,10 @@ def main() -> None:
                           lb + ["-p", str(a.p), "-n", str(a.n)], llama_bench_tests, False))
         if "depth" in rows:
             d = ["-d", str(a.depth)]
-            f16 = ["--cache-type-k", "f16", "--cache-type-v", "f16"]
-            pairs.append((m, [("depth f32", ours + ["-p", str(a.p), "-n", str(a.n)] + d),
-                              ("depth f16", ours + ["-p", str(a.p), "-n", str(a.n)] + f16 + d)], choreo_tests,
-                          lb + ["-p", str(a.p), "-n", str(a.n)] + d, llama_bench_tests, False))
+            variants = [(f"depth {c}", ours + ["-p", str(a.p), "-n", str(a.n), "--cache-type-k", c,
+                                                "--cache-type-v", c] + d) for c in a.depth_cache.split(",")]
+            pairs.append((m, variants, choreo_tests, lb + ["-p", str(a.p), "-n", str(a.n)] + d,
+                          llama_bench_tests, False))
         if "busy" in rows:
             pairs.append((m, [("busy", ours + ["-p", "0", "-n", str(a.n)])], choreo_tests,
                           lb + ["-p", "0", "-n", str(a.n)], llama_bench_tests, True))
