@@ -231,21 +231,19 @@ bool softmax_rows_avx512(float* s, int nq, int ld, const int* limit, const float
   for (int i = 0; i < nq; ++i) {
     float* si = s + size_t(i) * ld;
     const int n = limit[i];
-    widest = std::max(widest, n);
-    if (n <= 0) {
-      for (int j0 = 0; j0 < ld; j0 += kLanes) _mm512_storeu_ps(si + j0, _mm512_setzero_ps());
-      continue;
-    }
+    widest = std::max(widest, n);  // a row with n <= 0 only gets zeros (and mx = m, which the caller ignores)
     __m512 high = _mm512_set1_ps(m[i]);
     for (int j0 = 0; j0 < n; j0 += kLanes)
       high = _mm512_mask_max_ps(high, first_lanes(n - j0), high, _mm512_maskz_loadu_ps(first_lanes(n - j0), si + j0));
     mx[i] = _mm512_reduce_max_ps(high);
     const __m512 shift = _mm512_set1_ps(mx[i]);
-    for (int j0 = 0; j0 < ld; j0 += kLanes) {
+    int j0 = 0;
+    for (; j0 < n; j0 += kLanes) {
       const __mmask16 keep = first_lanes(n - j0);
       const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(keep, si + j0), shift));
       _mm512_storeu_ps(si + j0, _mm512_maskz_mov_ps(keep, e));
     }
+    for (; j0 < ld; j0 += kLanes) _mm512_storeu_ps(si + j0, _mm512_setzero_ps());  // blocks past the limit
   }
   // Each row's sum left to right from 0, as run_tile's loop adds it: 16 rows at a time, one per lane, by
   // transposing 16 x 16 blocks (adding the zeros past a row's limit leaves its sum as it was).
