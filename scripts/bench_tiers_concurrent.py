@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from bench_lock import machine_turn
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MODEL = os.path.expanduser("~/.cache/choreo/models/SmolLM2-135M-Instruct.Q4_1.gguf")
 SHARED = os.environ.get("CHOREO_SHARED", os.path.join(ROOT, "..", "shared"))
@@ -36,9 +38,10 @@ def run(args, rows, concurrency, extra):
         cmd = ["/usr/bin/time", "-v", "-o", tv.name, args.choreo, "run", os.path.join(ROOT, "workflows", "madpar.yaml"),
                "-m", args.model, "--inputs", rows, "--concurrency", str(concurrency), "--no-store", "-t",
                str(args.threads), "--json", js.name] + extra
-        t0 = time.monotonic()
-        p = subprocess.run(cmd, capture_output=True, text=True)
-        wall = time.monotonic() - t0
+        with machine_turn():
+            t0 = time.monotonic()
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            wall = time.monotonic() - t0
         if p.returncode != 0:
             sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr[-3000:]}")
         doc = json.load(open(js.name))
