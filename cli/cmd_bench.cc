@@ -28,6 +28,7 @@ struct BenchOptions {
   int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, batch = 512, n_depth = 0, parallel_prompt = 128;
   std::vector<int> parallel;
   KvOptions kv;
+  LoraOptions lora;
   bool json = false;
 };
 
@@ -54,6 +55,8 @@ void run_bench(const BenchOptions& o) {
   if (!o.parallel.empty() && o.n_gen == 0)
     throw InputError("--parallel measures generation, but -n is 0", "give -n N (tokens each sequence generates)");
   LoadedModel lm = load_model(o.model_path, o.n_threads);
+  lm.lora = o.lora.load(*lm.model);
+  const model::LoraStack* lora = lm.lora.empty() ? nullptr : &lm.lora;
   const model::Model& m = *lm.model;
   const model::Vocab& vocab = m.vocab();
   const int n_vocab = m.config().n_vocab;
@@ -76,6 +79,7 @@ void run_bench(const BenchOptions& o) {
 
   // The tests' starting cache: empty, or o.n_depth tokens encoded once (untimed).
   model::Session s(m, pool, o.batch);
+  s.set_lora(lora);
   if (o.n_depth > 0) s.eval(random_tokens(o.n_depth), &logits);
   const std::string at_depth = o.n_depth > 0 ? fmt::format(" @ d{}", o.n_depth) : "";
   if (o.n_prompt > 0) {
@@ -113,6 +117,7 @@ void run_bench(const BenchOptions& o) {
       std::vector<model::Session*> seqs;
       for (int i = 0; i < b; ++i) {
         owned.push_back(std::make_unique<model::Session>(m, pool, o.batch));
+        owned.back()->set_lora(lora);
         seqs.push_back(owned.back().get());
         if (o.parallel_prompt > 0) seqs.back()->eval(random_tokens(o.parallel_prompt), &logits);
       }
@@ -173,6 +178,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--parallel-prompt", o->parallel_prompt, "prompt tokens of each --parallel sequence (default 128)")
       ->check(at_least(0));
   add_kv_options(*cmd, o->kv);
+  add_lora_options(*cmd, o->lora);
   cmd->add_flag("--json", o->json, "print JSON instead of a table");
   cmd->callback([o] { run_bench(*o); });
 }

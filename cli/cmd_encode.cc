@@ -35,6 +35,7 @@ struct EncodeOptions {
   int n_threads = 0;
   int cache_mib = 4096;
   KvOptions kv;
+  LoraOptions lora;
   TierOptions tiers;  // only --redis and --redis-best-effort
   int max_tokens = 128;
   float temperature = 0.0f;
@@ -84,7 +85,7 @@ int encoded_tokens(const runtime::pml::EncodedSchema& enc, runtime::Engine& engi
 /// True when the store holds a usable entry for `key`: header and every page checked (a corrupt page makes
 /// the engine recompute the piece, and then the entry must be rewritten).
 bool store_holds(runtime::Engine& engine, store::DiskStore& disk, uint64_t key) {
-  const store::Compatibility expect{engine.model().fingerprint(), engine.store().pool().layout()};
+  const store::Compatibility expect{engine.weights_fingerprint(), engine.store().pool().layout()};
   std::optional<store::MappedEntry> entry = disk.open(key, expect);
   if (!entry) return false;
   kv::PageList scratch(engine.store().pool());
@@ -124,7 +125,8 @@ void run_encode(EncodeOptions& o) {
   if (!prompt_text.empty()) prompt = dsl::pml::parse_prompt(prompt_text, prompt_origin);
   LoadedModel lm = load_model(o.model_path, o.n_threads);
   kv::PagePool pool(lm.model->backend(), o.kv.layout(*lm.model), size_t(o.cache_mib) << 20);
-  runtime::Engine engine(*lm.model, pool);
+  lm.lora = o.lora.load(*lm.model);
+  runtime::Engine engine(*lm.model, pool, runtime::Mode::Choreo, 512, &lm.lora);
   std::optional<store::DiskStore> disk;
   if (!o.no_store) {
     disk.emplace(store::resolve_cache_dir(o.cache_dir), true, store::WarningSink{},
@@ -181,6 +183,7 @@ void register_encode(CLI::App& app) {
   cmd->add_option("-s,--seed", o->seed, "sampling seed");
   cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget in MiB (default 4096)")->check(at_least(1));
   add_kv_options(*cmd, o->kv);
+  add_lora_options(*cmd, o->lora);
   add_redis_options(*cmd, o->tiers);
   cmd->add_option(
       "--cache-dir", o->cache_dir,

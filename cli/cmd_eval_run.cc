@@ -36,6 +36,7 @@ struct EvalRunOptions {
   int n_threads = 0;
   TierOptions tiers;
   KvOptions kv;
+  LoraOptions lora;
   bool resume = false, no_leak = false, json = false, sync = false;
   int64_t max_steps = dsl::kDefaultMaxSteps;
 };
@@ -131,6 +132,8 @@ void run_eval_command(const EvalRunOptions& o) {
   eval::EvalReport report;
   if (n_pending > 0) {
     LoadedModel lm = load_model(o.model_path, o.n_threads);
+    lm.lora = o.lora.load(*lm.model);
+    settings.lora = &lm.lora;
     const bool terminal = isatty(STDERR_FILENO) != 0;
     eval::Progress progress(n_pending, terminal);
     auto say = [](const std::string& text) {
@@ -193,6 +196,7 @@ void add_eval_run(CLI::App& eval_group) {
                  "from; the baselines never read it (default: none)");
   add_tier_options(cmd, o->tiers);
   add_kv_options(cmd, o->kv);
+  add_lora_options(cmd, o->lora);
   add_max_steps_option(cmd, o->max_steps);
   cmd.add_flag("--json", o->json, "print the closing summary as JSON");
   cmd.add_flag("--fsync", o->sync,

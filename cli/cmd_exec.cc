@@ -21,6 +21,7 @@ struct ExecOptions {
   int n_threads = 0;
   TierOptions tiers;
   KvOptions kv;
+  LoraOptions lora;
 };
 
 void run_exec(const ExecOptions& o) {
@@ -31,7 +32,8 @@ void run_exec(const ExecOptions& o) {
                                            from_stdin ? "calls input" : "calls file", input_policy().file_bytes));
   LoadedModel lm = load_model(o.model_path, o.n_threads);
   kv::PagePool pool(lm.model->backend(), o.kv.layout(*lm.model), o.tiers.t0_bytes());
-  runtime::Engine engine(*lm.model, pool, mode);
+  lm.lora = o.lora.load(*lm.model);
+  runtime::Engine engine(*lm.model, pool, mode, 512, &lm.lora);
   engine.set_tiers(o.tiers.tiers());
   std::unique_ptr<store::RedisStore> redis = mode == runtime::Mode::Choreo ? open_redis(o.tiers) : nullptr;
   engine.set_remote_store(redis.get());
@@ -50,6 +52,7 @@ void register_exec(CLI::App& app) {
       ->check(CLI::IsMember({"choreo", "prefix", "naive"}));
   add_tier_options(*cmd, o->tiers);
   add_kv_options(*cmd, o->kv);
+  add_lora_options(*cmd, o->lora);
   cmd->callback([o] {
     o->tiers.resolve();
     run_exec(*o);

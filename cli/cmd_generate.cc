@@ -31,6 +31,7 @@ struct GenerateOptions {
   bool no_bos = false;
   int cache_mib = 4096;
   KvOptions kv;
+  LoraOptions lora;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -40,6 +41,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 void run_generate(const GenerateOptions& o) {
   LoadedModel lm = load_model(o.model_path, o.n_threads);
   const model::Model& m = *lm.model;
+  lm.lora = o.lora.load(m);
   const model::Vocab& vocab = m.vocab();
 
   std::string text = o.prompt;
@@ -57,6 +59,7 @@ void run_generate(const GenerateOptions& o) {
 
   kv::PagePool pool(m.backend(), o.kv.layout(m), size_t(o.cache_mib) << 20);
   model::Session session(m, pool);
+  if (!lm.lora.empty()) session.set_lora(&lm.lora);
   model::SamplingParams sp;
   sp.temperature = o.temperature;
   sp.top_k = o.top_k;
@@ -116,6 +119,7 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--no-bos", o->no_bos, "do not add the BOS token");
   cmd->add_option("--cache-mib", o->cache_mib, "KV cache budget in MiB")->check(at_least(1));
   add_kv_options(*cmd, o->kv);
+  add_lora_options(*cmd, o->lora);
   cmd->callback([o] { run_generate(*o); });
 }
 

@@ -31,6 +31,7 @@ struct ProfileOptions {
   int n_threads = 0;
   int cache_mib = 4096;
   KvOptions kv;
+  LoraOptions lora;
   int64_t max_steps = dsl::kDefaultMaxSteps;
   bool cold = false;  // a fresh choreo engine per instance too
 };
@@ -67,12 +68,13 @@ void run_profile(const ProfileOptions& o) {
   if (!o.json_path.empty()) check_writable(o.json_path, "--json");
 
   LoadedModel lm = load_model(o.model_path, o.n_threads);
+  lm.lora = o.lora.load(*lm.model);
   const kernels::KvLayout layout = o.kv.layout(*lm.model);
   kv::PagePool baseline_pool(lm.model->backend(), layout, size_t(o.cache_mib) << 20), choreo_pool(lm.model->backend(), layout, size_t(o.cache_mib) << 20);
   {
     // Warm-up (page faults on the weights, thread start), on a scratch engine so neither cache sees it.
     kv::PagePool scratch_pool(lm.model->backend(), layout, size_t(64) << 20);
-    runtime::Engine scratch(*lm.model, scratch_pool, runtime::Mode::Choreo);
+    runtime::Engine scratch(*lm.model, scratch_pool, runtime::Mode::Choreo, 512, &lm.lora);
     runtime::PrefillRequest warm;
     warm.tokens = lm.model->vocab().tokenize("Warm up the weights and the threads, please.", false, true);
     scratch.prefill(warm);
@@ -88,11 +90,11 @@ void run_profile(const ProfileOptions& o) {
   // chat API call that shares nothing with the previous row. KV that outgrows --cache-mib is evicted
   // (docs/store.md, "Tiers"), with the same results.
   std::optional<runtime::Engine> warm_choreo;
-  if (!o.cold) warm_choreo.emplace(*lm.model, choreo_pool, runtime::Mode::Choreo);
+  if (!o.cold) warm_choreo.emplace(*lm.model, choreo_pool, runtime::Mode::Choreo, 512, &lm.lora);
   for (size_t i = 0; i < rows.size(); ++i) {
-    runtime::Engine baseline(*lm.model, baseline_pool, baseline_mode);
+    runtime::Engine baseline(*lm.model, baseline_pool, baseline_mode, 512, &lm.lora);
     std::optional<runtime::Engine> cold_choreo;
-    if (o.cold) cold_choreo.emplace(*lm.model, choreo_pool, runtime::Mode::Choreo);
+    if (o.cold) cold_choreo.emplace(*lm.model, choreo_pool, runtime::Mode::Choreo, 512, &lm.lora);
     runtime::Engine& choreo = o.cold ? *cold_choreo : *warm_choreo;
     exec::ProfiledInstance p;
     try {
@@ -215,6 +217,7 @@ void register_profile(CLI::App& app) {
   cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget per mode in MiB (default 4096)")
       ->check(at_least(1));
   add_kv_options(*cmd, o->kv);
+  add_lora_options(*cmd, o->lora);
   cmd->add_flag("--cold", o->cold,
                 "a fresh choreo engine per instance (default: one across instances, so later instances reuse "
                 "what earlier ones encoded; the baseline is always fresh per instance)");

@@ -43,6 +43,7 @@ struct RunOptions {
   bool no_leak = false;
   TierOptions tiers;
   KvOptions kv;
+  LoraOptions lora;
   int64_t max_steps = dsl::kDefaultMaxSteps;
 };
 
@@ -181,7 +182,8 @@ void run_run(const RunOptions& o) {
   if (!o.trace_path.empty()) check_writable(o.trace_path, "--trace");
   LoadedModel lm = load_model(resolve_model(o, workflow), o.n_threads);
   kv::PagePool pool(lm.model->backend(), o.kv.layout(*lm.model), o.tiers.t0_bytes());
-  runtime::Engine engine(*lm.model, pool, mode);
+  lm.lora = o.lora.load(*lm.model);
+  runtime::Engine engine(*lm.model, pool, mode, 512, &lm.lora);
   engine.set_tiers(o.tiers.tiers());
   // Encodings saved by `choreo encode` (PML modules) are read from the persistent store.
   std::unique_ptr<store::DiskStore> disk;
@@ -294,6 +296,7 @@ void register_run(CLI::App& app) {
                 "re-encode parents whose encoding carries another agent's private messages (see choreo check)");
   add_tier_options(*cmd, o->tiers);
   add_kv_options(*cmd, o->kv);
+  add_lora_options(*cmd, o->lora);
   add_max_steps_option(*cmd, o->max_steps);
   cmd->callback([o] {
     o->tiers.resolve();

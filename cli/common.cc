@@ -1,5 +1,7 @@
 #include "cli/common.h"
 
+#include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
@@ -21,6 +23,31 @@ LoadedModel load_model(const std::string& path, int n_threads) {
   lm.backend = kernels::make_cpu_backend(n_threads);
   lm.model = model::Model::load(p, *lm.backend);
   return lm;
+}
+
+model::LoraStack LoraOptions::load(const model::Model& base) const {
+  model::LoraStack stack;
+  for (const std::string& f : files) stack.adapters.emplace_back(model::LoraAdapter::load(f, base), 1.0f);
+  for (size_t i = 0; i + 1 < scaled.size(); i += 2) {
+    const std::string& f = scaled[i];
+    const std::string& text = scaled[i + 1];
+    float scale = 0.0f;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), scale);
+    if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(scale))
+      throw InputError(fmt::format("--lora-scaled {} {}: the scale is not a finite number", f, text),
+                       "give the file, then the adapter's weight: --lora-scaled FILE 0.5");
+    stack.adapters.emplace_back(model::LoraAdapter::load(f, base), scale);
+  }
+  return stack;
+}
+
+void add_lora_options(CLI::App& cmd, LoraOptions& lora) {
+  cmd.add_option("--lora", lora.files, "LoRA adapter (llama.cpp's GGUF adapter format) applied with scale 1; repeatable")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd.add_option("--lora-scaled", lora.scaled, "LoRA adapter with its scale (FILE SCALE); repeatable")
+      ->type_size(2)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
 std::map<std::string, std::string> key_values(const std::vector<std::string>& pairs, std::string_view flag) {

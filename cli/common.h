@@ -21,7 +21,18 @@ namespace choreo::cli {
 struct LoadedModel {
   std::unique_ptr<kernels::Backend> backend;
   std::unique_ptr<model::Model> model;
+  model::LoraStack lora;  // the adapters every call runs with (--lora, --lora-scaled); empty: the base model
 };
+
+/// llama.cpp's adapter flags: `--lora FILE` (scale 1) and `--lora-scaled FILE SCALE`, both repeatable. The
+/// adapters are stacked: the --lora ones in order, then the --lora-scaled ones in order.
+struct LoraOptions {
+  std::vector<std::string> files;
+  std::vector<std::string> scaled;  // FILE SCALE FILE SCALE ...
+  /// Opens and checks every adapter against `base` (InputError naming the file and the tensor).
+  model::LoraStack load(const model::Model& base) const;
+};
+void add_lora_options(CLI::App& cmd, LoraOptions& lora);
 
 /// Loads `path` (the default model when empty) on the CPU backend with n_threads (<= 0: all cores).
 LoadedModel load_model(const std::string& path, int n_threads);

@@ -166,6 +166,8 @@ class Backend {
   virtual void swiglu(const float* gate, const float* up, size_t n, float* out) = 0;
   /// x += y over n values.
   virtual void add(float* x, const float* y, size_t n) = 0;
+  /// x *= s over n values.
+  virtual void scale(float* x, size_t n, float s) = 0;
   /// KV page memory, owned by the backend. A new page holds `bytes` zero bytes; alloc_page throws
   /// std::bad_alloc when the device has no room (budgets are kept above this, by kv::PagePool).
   virtual PageId alloc_page(size_t bytes) = 0;

@@ -53,6 +53,7 @@ class CpuBackend final : public Backend {
     cpu::swiglu(gate, up, n, out);
   }
   void add(float* x, const float* y, size_t n) override { cpu::add(x, y, n); }
+  void scale(float* x, size_t n, float s) override { cpu::scale(x, n, s); }
   void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& kv,
                  std::span<const AttentionGroup> groups, const RopeParams& rope, float scale,
                  float* out) override {

@@ -65,6 +65,11 @@ void add(float* x, const float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+CHOREO_MULTIVERSION
+void scale(float* x, size_t n, float s) {
+  for (size_t i = 0; i < n; ++i) x[i] *= s;
+}
+
 static void inverse_frequencies(const RopeParams& p, double* inv_freq) {
   int half = p.n_dims / 2;
   for (int i = 0; i < half; ++i) {

@@ -15,6 +15,7 @@ inline constexpr int kMaxRopePairs = 128;
 void rmsnorm(const float* x, const float* weight, int n, int dim, float eps, float* out);
 void swiglu(const float* gate, const float* up, size_t n, float* out);
 void add(float* x, const float* y, size_t n);
+void scale(float* x, size_t n, float s);
 /// Rotates every head of each of the n rows of x by that row's position.
 void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const RopeParams& p);
 /// Rotates one head vector by the angles of rope_angles (so one table serves many heads).

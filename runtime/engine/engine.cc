@@ -8,6 +8,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <xxhash.h>
+
 #include "common/clock.h"
 #include "common/error.h"
 #include "runtime/engine/loading.h"
@@ -80,9 +82,20 @@ struct Engine::Stored {
   const store::EntryMeta& meta() const { return mapped ? mapped->meta() : parsed.meta; }
 };
 
-Engine::Engine(const model::Model& model, kv::PagePool& pool, Mode mode, int max_batch)
+namespace {
+/// The model's fingerprint, combined with its adapters' when it runs with any.
+uint64_t weights_fingerprint_of(const model::Model& model, const model::LoraStack* lora) {
+  if (!lora || lora->empty()) return model.fingerprint();
+  const uint64_t words[2] = {model.fingerprint(), lora->fingerprint()};
+  return XXH3_64bits(words, sizeof words);
+}
+}  // namespace
+
+Engine::Engine(const model::Model& model, kv::PagePool& pool, Mode mode, int max_batch, const model::LoraStack* lora)
     : model_(model),
-      store_(pool, model.fingerprint()),
+      lora_(lora && !lora->empty() ? lora : nullptr),
+      weights_fingerprint_(weights_fingerprint_of(model, lora)),
+      store_(pool, weights_fingerprint_),
       mode_(mode),
       max_batch_(max_batch),
       n_ctx_(model.config().n_ctx_train) {
@@ -183,6 +196,7 @@ void Engine::encode(std::span<Work*> work) {
       g.q_end = batch_.size();
       g.segments = parent_segs[i];
       g.segments.push_back({m.pages.pages(), m.n_encoded + k, 0, m.n_encoded});
+      g.lora = lora_;
       batch_.groups.push_back(std::move(g));
       if (work[i]->want_logits && m.n_encoded + k == int(m.tokens.size())) batch_.logit_rows.push_back(g.q_end - 1);
       taken.push_back({i, k});
@@ -743,7 +757,7 @@ std::vector<kv::MessageId> Engine::unstored_ancestry(kv::MessageId id) {
   // Depth-first, children after their parents (post-order), each message once however many paths reach it.
   // An ancestor the store holds a usable entry for ends the walk there: its own ancestors were stored with
   // it.
-  const store::Compatibility expect{model_.fingerprint(), store_.pool().layout()};
+  const store::Compatibility expect{weights_fingerprint_, store_.pool().layout()};
   std::vector<kv::MessageId> order;
   std::unordered_set<kv::MessageId> seen{id};
   std::vector<std::pair<kv::MessageId, size_t>> stack{{id, 0}};  // (message, next parent to visit)
@@ -769,7 +783,7 @@ std::vector<kv::MessageId> Engine::unstored_ancestry(kv::MessageId id) {
 store::EntryMeta Engine::entry_meta(const kv::Message& m, uint64_t tag) const {
   store::EntryMeta meta;
   for (const kv::PlacedParent& p : m.parents) meta.parents.push_back({store_.record(p.message).key, p.offset});
-  meta.model_fingerprint = model_.fingerprint();
+  meta.model_fingerprint = weights_fingerprint_;
   meta.content_key = m.key;
   meta.tag = tag;
   meta.model_name = std::filesystem::path(model_.file().path()).filename().string();
@@ -850,7 +864,7 @@ std::optional<kv::MessageId> Engine::load(uint64_t key) {
 }
 
 std::optional<Engine::Stored> Engine::open_stored(uint64_t key) {
-  const store::Compatibility expect{model_.fingerprint(), store_.pool().layout()};
+  const store::Compatibility expect{weights_fingerprint_, store_.pool().layout()};
   Stored s;
   if (disk_) s.mapped = disk_->open(key, expect);
   if (s.mapped) return s;

@@ -46,7 +46,10 @@ enum class Repositioning {
 /// Runs calls on one model over one message store.
 class Engine {
  public:
-  Engine(const model::Model& model, kv::PagePool& pool, Mode mode = Mode::Choreo, int max_batch = 512);
+  /// With `lora` (not null, must outlive the engine), every call runs with those adapters, and content keys
+  /// and store entries carry the adapters' fingerprint with the model's (weights_fingerprint()).
+  Engine(const model::Model& model, kv::PagePool& pool, Mode mode = Mode::Choreo, int max_batch = 512,
+         const model::LoraStack* lora = nullptr);
   ~Engine();
 
   PrefillResult prefill(const PrefillRequest& request);
@@ -79,6 +82,8 @@ class Engine {
 
   kv::MessageStore& store() { return store_; }
   const model::Model& model() const { return model_; }
+  /// What the KV of this engine depends on: the model file, and the adapters and scales it runs with.
+  uint64_t weights_fingerprint() const { return weights_fingerprint_; }
   Mode mode() const { return mode_; }
   /// The first of `n` prefix scopes no call has used yet (DecodeRequest::prefix_scope).
   uint64_t new_prefix_scopes(uint64_t n = 1) {
@@ -181,6 +186,8 @@ class Engine {
   void share(kv::Message& m);  // T3 write-through
 
   const model::Model& model_;
+  const model::LoraStack* lora_ = nullptr;  // null or empty: the base model
+  uint64_t weights_fingerprint_ = 0;
   kv::HostTier host_;  // before store_: messages' host copies are charged to it
   kv::MessageStore store_;
   kv::TierSettings tiers_;

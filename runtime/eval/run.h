@@ -36,6 +36,7 @@ struct EvalSettings {
   kernels::DType v_type = kernels::DType::F32;
   size_t cache_bytes = size_t(4096) << 20;  // page pool (T0) budget per mode
   store::RedisStore* remote = nullptr;     // T3 (choreo mode only); null: none
+  const model::LoraStack* lora = nullptr;  // the adapters every call runs with (not owned); null: the base model
   kv::TierSettings tiers;                    // T1/T2 budgets and eviction policy (runtime/kv/tiers.h)
   // Persistent store (not owned; null = none) that choreo-mode engines read encodings from, e.g. PML modules
   // saved by `choreo encode`. Nothing is written to it. The baselines never read it: they stand for serving

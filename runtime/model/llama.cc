@@ -215,8 +215,11 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
   const kernels::KvLayout& kv = batch.kv;
 
   std::vector<kernels::AttentionGroup> groups(batch.groups.size());
-  for (size_t g = 0; g < groups.size(); ++g)
+  bool lora = false;  // any group on adapters
+  for (size_t g = 0; g < groups.size(); ++g) {
     groups[g] = {batch.groups[g].q_begin, batch.groups[g].q_end, batch.groups[g].segments};
+    lora = lora || (batch.groups[g].lora && !batch.groups[g].lora->empty());
+  }
 
   be.embed(token_embd_, batch.tokens, s.x.data());
   for (int l = 0; l < c.n_layers; ++l) {
@@ -225,18 +228,29 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
     be.rmsnorm(s.x.data(), L.attn_norm.data(), n, c.dim, c.rms_eps, s.xb.data());
     const kernels::MatmulOutput qkv[] = {{&L.wq, s.q.data()}, {&L.wk, s.k.data()}, {&L.wv, s.v.data()}};
     be.matmul_group(qkv, s.xb.data(), n);
+    if (lora) {
+      apply_lora(batch, l, LoraTarget::Q, s.xb.data(), s.q.data(), s);
+      apply_lora(batch, l, LoraTarget::K, s.xb.data(), s.k.data(), s);
+      apply_lora(batch, l, LoraTarget::V, s.xb.data(), s.v.data(), s);
+    }
     be.rope(s.q.data(), n, c.n_heads, c.head_dim, batch.positions.data(), rope);
     be.rope(s.k.data(), n, c.n_kv_heads, c.head_dim, batch.positions.data(), rope);
     be.store_kv(kv, l, batch.kv_page, batch.kv_slot, s.k.data(), s.v.data());
     be.attention(l, s.q.data(), n, c.n_heads, kv, groups, rope, scale, s.att.data());
     be.matmul(L.wo, s.att.data(), n, s.xb2.data());
+    if (lora) apply_lora(batch, l, LoraTarget::O, s.att.data(), s.xb2.data(), s);
     be.add(s.x.data(), s.xb2.data(), size_t(n) * c.dim);
     // Feed-forward block.
     be.rmsnorm(s.x.data(), L.ffn_norm.data(), n, c.dim, c.rms_eps, s.xb.data());
     const kernels::MatmulOutput gate_up[] = {{&L.w_gate, s.hb.data()}, {&L.w_up, s.hb2.data()}};
     be.matmul_group(gate_up, s.xb.data(), n);
+    if (lora) {
+      apply_lora(batch, l, LoraTarget::Gate, s.xb.data(), s.hb.data(), s);
+      apply_lora(batch, l, LoraTarget::Up, s.xb.data(), s.hb2.data(), s);
+    }
     be.swiglu(s.hb.data(), s.hb2.data(), size_t(n) * c.ffn_dim, s.hb.data());
     be.matmul(L.w_down, s.hb.data(), n, s.xb2.data());
+    if (lora) apply_lora(batch, l, LoraTarget::Down, s.hb.data(), s.xb2.data(), s);
     be.add(s.x.data(), s.xb2.data(), size_t(n) * c.dim);
   }
   const int n_out = int(batch.logit_rows.size());
@@ -245,6 +259,54 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
     std::memcpy(&s.logits_in[size_t(i) * c.dim], &s.x[size_t(batch.logit_rows[i]) * c.dim], sizeof(float) * c.dim);
   be.rmsnorm(s.logits_in.data(), output_norm_.data(), n_out, c.dim, c.rms_eps, s.xb.data());
   be.matmul(output_, s.xb.data(), n_out, logits);
+  if (lora) apply_lora(batch, -1, LoraTarget::Output, s.xb.data(), logits, s);
+}
+
+void Model::apply_lora(const Batch& batch, int layer, LoraTarget t, const float* x, float* y, RunState& s) const {
+  kernels::Backend& be = backend_;
+  // Rows [r0, r1) of x and y run with `stack`: each adapter that adapts t adds its scaled product, in the
+  // stack's order, as llama.cpp does (the product B·(A·x), then scaled, then added).
+  const auto run = [&](const LoraStack* stack, int r0, int r1) {
+    if (!stack || r1 <= r0) return;
+    const size_t rows = size_t(r1 - r0);
+    for (const auto& [adapter, user_scale] : stack->adapters) {
+      const LoraPair* p = adapter->find(layer, t);
+      if (!p) continue;
+      if (s.lora_a.size() < rows * size_t(p->rank())) s.lora_a.resize(rows * size_t(p->rank()));
+      if (s.lora_b.size() < rows * size_t(p->b.n_out)) s.lora_b.resize(rows * size_t(p->b.n_out));
+      be.matmul(p->a, x + size_t(r0) * size_t(p->a.n_in), int(rows), s.lora_a.data());
+      be.matmul(p->b, s.lora_a.data(), int(rows), s.lora_b.data());
+      be.scale(s.lora_b.data(), rows * size_t(p->b.n_out), p->scale(user_scale));
+      be.add(y + size_t(r0) * size_t(p->b.n_out), s.lora_b.data(), rows * size_t(p->b.n_out));
+    }
+  };
+  if (t != LoraTarget::Output) {
+    // Consecutive groups with the same stack are one run of rows.
+    size_t g = 0;
+    while (g < batch.groups.size()) {
+      size_t e = g + 1;
+      while (e < batch.groups.size() && batch.groups[e].lora == batch.groups[g].lora &&
+             batch.groups[e].q_begin == batch.groups[e - 1].q_end)
+        ++e;
+      run(batch.groups[g].lora, batch.groups[g].q_begin, batch.groups[e - 1].q_end);
+      g = e;
+    }
+    return;
+  }
+  // The output projection's rows are the logit rows, in order: each takes the stack of its row's group.
+  const auto stack_of = [&](int row) -> const LoraStack* {
+    for (const Batch::Group& grp : batch.groups)
+      if (row >= grp.q_begin && row < grp.q_end) return grp.lora;
+    return nullptr;
+  };
+  const int n_out = int(batch.logit_rows.size());
+  for (int i = 0; i < n_out;) {
+    const LoraStack* stack = stack_of(batch.logit_rows[size_t(i)]);
+    int e = i + 1;
+    while (e < n_out && stack_of(batch.logit_rows[size_t(e)]) == stack) ++e;
+    run(stack, i, e);
+    i = e;
+  }
 }
 
 }  // namespace choreo::model

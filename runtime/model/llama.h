@@ -13,6 +13,7 @@
 #include "kernels/backend.h"
 #include "runtime/model/chat_template.h"
 #include "runtime/model/gguf.h"
+#include "runtime/model/lora.h"
 #include "runtime/model/vocab.h"
 
 namespace choreo::model {
@@ -57,6 +58,9 @@ struct Batch {
   struct Group {
     int q_begin = 0, q_end = 0;
     std::vector<kernels::KvSegment> segments;
+    /// The adapters this call runs with (lora.h), or null for the base model. Groups with different stacks
+    /// share one forward pass; rows on the base model skip the adapter work.
+    const LoraStack* lora = nullptr;
   };
   std::vector<Group> groups;
   std::vector<int32_t> logit_rows;  // rows whose logits are wanted, in output order
@@ -69,6 +73,7 @@ struct Batch {
 struct RunState {
   int capacity = 0;
   std::vector<float> x, xb, xb2, q, k, v, att, hb, hb2, logits_in;
+  std::vector<float> lora_a, lora_b;  // LoRA: rows x rank, and rows x the adapted weight's n_out (grown on use)
   void reserve(const LlamaConfig& c, int n_rows);
 };
 
@@ -102,6 +107,9 @@ class Model {
   Model(gguf::File file, kernels::Backend& backend);
   void load_config();
   void load_weights();
+  /// y[r] += s * B·(A·x[r]) for every row r of a group whose stack adapts `t` of `layer` (layer -1 and
+  /// Output: the rows are batch.logit_rows, in order).
+  void apply_lora(const Batch& batch, int layer, LoraTarget t, const float* x, float* y, RunState& s) const;
 
   gguf::File file_;
   kernels::Backend& backend_;

@@ -52,6 +52,7 @@ void Session::decode_together(std::span<Session* const> sessions, std::span<cons
     own.n_tokens = pos + 1;
     own.causal_base = pos;
     g.segments.push_back(own);
+    g.lora = s.lora_;
     batch.groups.push_back(std::move(g));
     batch.logit_rows.push_back(int(i));
   }
@@ -92,6 +93,7 @@ void Session::eval(std::span<const Token> tokens, std::vector<float>* last_logit
     own.n_tokens = base + n;
     own.causal_base = base;
     g.segments.push_back(own);
+    g.lora = lora_;
     batch_.groups.push_back(std::move(g));
     if (all_logits) {
       for (int i = 0; i < n; ++i) batch_.logit_rows.push_back(i);

@@ -27,6 +27,10 @@ class Session {
   static void decode_together(std::span<Session* const> sessions, std::span<const Token> tokens,
                               std::vector<float>* logits);
 
+  /// Runs every later step with these LoRA adapters (lora.h), or on the base model when null (the default).
+  /// The stack must outlive its use. Tokens already evaluated keep the KV they were computed with.
+  void set_lora(const LoraStack* lora) { lora_ = lora; }
+
   int n_past() const { return int(tokens_.size()); }
   const std::vector<Token>& tokens() const { return tokens_; }
   void reset();
@@ -39,6 +43,7 @@ class Session {
   int max_batch_;
   int n_ctx_;
   std::vector<Token> tokens_;
+  const LoraStack* lora_ = nullptr;
   Batch batch_;
   RunState state_;
 };

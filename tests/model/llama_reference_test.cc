@@ -10,6 +10,7 @@
 #include "runtime/model/llama.h"
 #include "runtime/model/sampler.h"
 #include "runtime/model/session.h"
+#include "tests/model/lora_fixtures.h"
 #include "tests/reference/reference.h"
 #include "tests/test_paths.h"
 
@@ -21,9 +22,10 @@ struct Ours {
   std::vector<float> logits;
 };
 
-Ours run_ours(const model::Model& m, const std::string& prompt, int n_predict) {
+Ours run_ours(const model::Model& m, const std::string& prompt, int n_predict, const model::LoraStack* lora = nullptr) {
   kv::PagePool pool(m.backend(), m.kv_layout(32), size_t(1) << 30);
   model::Session s(m, pool);
+  s.set_lora(lora);
   Ours o;
   o.tokens = m.vocab().tokenize(prompt, true, true);
   std::vector<float> logits;
@@ -43,17 +45,21 @@ Ours run_ours(const model::Model& m, const std::string& prompt, int n_predict) {
 /// (quantised models only) within `tie_tol` logits of it — 8-bit activation quantisation turns float
 /// rounding differences of 1e-7 into logit differences of ~0.5 (measured: tests/model/quantization_noise),
 /// so a near-tie may break either way.
+/// With `loras`, both engines run with those adapters and scales.
 void compare_with_llama_cpp(const std::string& path, const std::vector<std::string>& prompts, double rel_tol,
-                            double tie_tol) {
+                            double tie_tol, const std::vector<std::pair<std::string, float>>& loras = {}) {
   auto backend = kernels::make_cpu_backend(2);
   auto m = model::Model::load(path, *backend);
-  std::vector<testing::ReferenceRun> ref = testing::llama_cpp_reference(path, prompts, 32);
+  model::LoraStack stack;
+  for (const auto& [file, scale] : loras) stack.adapters.emplace_back(model::LoraAdapter::load(file, *m), scale);
+  const model::LoraStack* lora = stack.empty() ? nullptr : &stack;
+  std::vector<testing::ReferenceRun> ref = testing::llama_cpp_reference(path, prompts, 32, 0, 0, loras);
   REQUIRE(ref.size() == prompts.size());
   double worst = 0.0;
   int steps = 0, same_argmax = 0, same_sequences = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     CAPTURE(prompts[i]);
-    Ours ours = run_ours(*m, prompts[i], 32);
+    Ours ours = run_ours(*m, prompts[i], 32, lora);
     CHECK(ours.tokens == ref[i].tokens);
     same_sequences += ours.greedy == ref[i].greedy;
     REQUIRE(ours.logits.size() == ref[i].logits.size());
@@ -67,6 +73,7 @@ void compare_with_llama_cpp(const std::string& path, const std::vector<std::stri
     // Teacher-forced along llama.cpp's greedy path.
     kv::PagePool pool(m->backend(), m->kv_layout(32), size_t(1) << 30);
     model::Session s(*m, pool);
+    s.set_lora(lora);
     std::vector<float> logits;
     s.eval(ours.tokens, &logits);
     for (int32_t t : ref[i].greedy) {
@@ -105,6 +112,21 @@ TEST_CASE("SmolLM2-135M-Instruct with F32 weights matches llama.cpp: tokens, 32 
   // engines dequantise to, without 8-bit activation quantisation. Every continuation must be identical.
   testing::DequantizedModel f32(testing::require_file(testing::default_model()));
   compare_with_llama_cpp(f32.path(), testing::smollm2_prompts(), 1e-5, 0.0);
+}
+
+TEST_CASE("SmolLM2-135M-Instruct F32 with the math LoRA adapter matches llama.cpp: 32 greedy tokens, final logits") {
+  // llama.cpp applies the same adapter file (llama_adapter_lora_init + llama_set_adapters_lora) unmerged.
+  testing::DequantizedModel f32(testing::require_file(testing::default_model()));
+  compare_with_llama_cpp(f32.path(), testing::smollm2_prompts(), 1e-5, 0.0, {{testing::math_lora(), 1.0f}});
+}
+
+TEST_CASE("SmolLM2-135M-Instruct F32 with two LoRA adapters stacked matches llama.cpp") {
+  testing::DequantizedModel f32(testing::require_file(testing::default_model()));
+  testing::ScratchDir dir;
+  const std::string shifted = (dir.path / "shifted.gguf").string();
+  testing::write_shifted_math_lora(shifted);
+  compare_with_llama_cpp(f32.path(), testing::smollm2_prompts(), 1e-5, 0.0,
+                         {{testing::math_lora(), 0.7f}, {shifted, -0.4f}});
 }
 
 TEST_CASE("stories260K greedy continuation is the one given in shared/README.md") {

@@ -106,12 +106,17 @@ class DequantizedModel {
 };
 
 /// Asks llama.cpp for every prompt's tokens, greedy continuation (n_predict tokens) and final logits.
-/// `type_k` / `type_v`: llama.cpp's KV cache types (ggml type ids; f32 by default).
+/// `type_k` / `type_v`: llama.cpp's KV cache types (ggml type ids; f32 by default). `loras`: LoRA adapter
+/// files with their scales, applied together (llama.cpp's --lora-scaled).
 inline std::vector<ReferenceRun> llama_cpp_reference(const std::string& model, const std::vector<std::string>& prompts,
-                                                     int n_predict, int type_k = 0, int type_v = 0) {
+                                                     int n_predict, int type_k = 0, int type_v = 0,
+                                                     const std::vector<std::pair<std::string, float>>& loras = {}) {
   ScratchDir dir;
+  nlohmann::json adapters = nlohmann::json::array();
+  for (const auto& [path, scale] : loras) adapters.push_back({path, scale});
   const nlohmann::json req = {{"model", model},   {"prompts", prompts}, {"n_predict", n_predict},
-                              {"threads", 2},     {"type_k", type_k},   {"type_v", type_v}};
+                              {"threads", 2},     {"type_k", type_k},   {"type_v", type_v},
+                              {"loras", adapters}};
   std::ofstream(dir.path / "req.json") << req.dump();
   const nlohmann::json out = nlohmann::json::parse(run_reference_script("llama_ref.py", {}, dir.path, dir.path / "req.json"));
   std::vector<ReferenceRun> runs;
