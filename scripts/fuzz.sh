@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes the GGUF reader, then the other targets below (workflow YAML, expressions, PML, tokenizers, exec calls
-# files, eval data and results files, store entries, choreo.toml), with libFuzzer + ASan + UBSan.
+# files, eval data and results files, store entries, choreo.toml, LoRA adapters), with libFuzzer + ASan + UBSan.
 #   scripts/fuzz.sh [seconds=60]      (each target runs for that many seconds)
 # Builds build-fuzz/ with clang (the whole library instrumented), seeds build-fuzz/gguf-corpus with the shared
 # GGUF files and writer-made files, runs for the given time and exits non-zero on any crash, leak or timeout
@@ -263,3 +263,23 @@ cat >"$tier_config_dict" <<'DICT'
 "\"\"\""
 DICT
 fuzz_run tier_config_fuzz "$tier_config_corpus" "$tier_config_dict" 4096 20
+
+# ---- LoRA adapter files (runtime/model/lora), checked against stories260K and run ----------------------------
+lora_corpus="$build/lora-corpus"
+fuzz_seed lora_fuzz "$lora_corpus"
+lora_dict="$build/lora.dict"
+cat >"$lora_dict" <<'DICT'
+"GGUF"
+"general.type"
+"adapter"
+"adapter.type"
+"lora"
+"adapter.lora.alpha"
+".lora_a"
+".lora_b"
+"blk.0.attn_q.weight"
+"output.weight"
+"token_embd.weight"
+"\x00\x00\x00\x00\x00\x00\x00\x00"
+DICT
+fuzz_run lora_fuzz "$lora_corpus" "$lora_dict" 65536 20

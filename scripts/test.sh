@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: set up (packages, reference tools, build, model), unit + conformance + differential
-# tests (the doctest binary), the old-vs-new binary comparison, then the fuzzers (GGUF reader, workflow YAML, expressions, PML, tokenizers, exec calls, eval data, store entries) for a
+# tests (the doctest binary), the old-vs-new binary comparison, then the fuzzers (GGUF reader, workflow YAML, expressions, PML, tokenizers, exec calls, eval data, store entries, choreo.toml, LoRA adapters) for a
 # bounded time each.
 # Any failed step fails the run.
 set -euo pipefail
@@ -37,7 +37,7 @@ else
   echo "SKIP: commit $base is not in this clone's history (a shallow clone?); the comparison needs it"
 fi
 
-printf '\033[1m==> fuzzing: GGUF reader, workflow YAML, expressions, PML, tokenizers, exec calls, eval data, store entries, choreo.toml (%s s each)\033[0m\n' "${CHOREO_FUZZ_SECONDS:-30}"
+printf '\033[1m==> fuzzing: GGUF reader, workflow YAML, expressions, PML, tokenizers, exec calls, eval data, store entries, choreo.toml, LoRA adapters (%s s each)\033[0m\n' "${CHOREO_FUZZ_SECONDS:-30}"
 scripts/fuzz.sh "${CHOREO_FUZZ_SECONDS:-30}"
 
 echo "all test steps passed in $(( $(date +%s) - start )) s"

@@ -49,8 +49,13 @@ std::string lora_base_tensor(LoraTarget t, int layer) {
 }
 
 std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, const Model& base) {
-  std::shared_ptr<LoraAdapter> ad(new LoraAdapter(gguf::File::open(path)));
+  return load(gguf::File::open(path), base);
+}
+
+std::shared_ptr<const LoraAdapter> LoraAdapter::load(gguf::File file, const Model& base) {
+  std::shared_ptr<LoraAdapter> ad(new LoraAdapter(std::move(file)));
   const gguf::File& f = ad->file_;
+  const std::string& path = f.path();
   const std::string hint = "--lora takes a LoRA adapter in llama.cpp's GGUF format for this base model "
                            "(convert_lora_to_gguf.py writes one); the base model goes to -m";
   const std::string type = f.get_string("general.type", "");

@@ -44,6 +44,8 @@ class LoraAdapter {
   /// every tensor a `.lora_a`/`.lora_b` pair of one base tensor that exists, with matching shapes and a rank
   /// of at least 1. Anything else is an InputError naming the file and the tensor (exit code 2).
   static std::shared_ptr<const LoraAdapter> load(const std::string& path, const Model& base);
+  /// The same over a GGUF already opened or parsed (gguf::File::parse: its buffer must outlive the adapter).
+  static std::shared_ptr<const LoraAdapter> load(gguf::File file, const Model& base);
 
   const std::string& path() const { return file_.path(); }
   /// adapter.lora.alpha (0 when absent).
