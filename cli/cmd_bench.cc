@@ -56,7 +56,7 @@ void run_bench(const BenchOptions& o) {
     throw InputError("--parallel measures generation, but -n is 0", "give -n N (tokens each sequence generates)");
   LoadedModel lm = load_model(o.model_path, o.n_threads);
   lm.lora = o.lora.load(*lm.model);
-  const model::LoraStack* lora = lm.lora.empty() ? nullptr : &lm.lora;
+  const model::LoraStack* lora = &lm.lora;
   const model::Model& m = *lm.model;
   const model::Vocab& vocab = m.vocab();
   const int n_vocab = m.config().n_vocab;

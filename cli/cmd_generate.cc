@@ -59,7 +59,7 @@ void run_generate(const GenerateOptions& o) {
 
   kv::PagePool pool(m.backend(), o.kv.layout(m), size_t(o.cache_mib) << 20);
   model::Session session(m, pool);
-  if (!lm.lora.empty()) session.set_lora(&lm.lora);
+  session.set_lora(&lm.lora);
   model::SamplingParams sp;
   sp.temperature = o.temperature;
   sp.top_k = o.top_k;

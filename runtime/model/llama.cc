@@ -95,7 +95,7 @@ void Model::load_config() {
   }
 }
 
-static kernels::Weight weight_view(const gguf::File& f, const std::string& name, int64_t n_in, int64_t n_out) {
+kernels::Weight weight_view(const gguf::File& f, const std::string& name, int64_t n_in, int64_t n_out) {
   const gguf::TensorInfo* t = f.tensor(name);
   if (!t) throw InputError(fmt::format("{}: missing tensor '{}'", f.path(), name));
   if (t->shape.size() != 2 || t->shape[0] != n_in || t->shape[1] != n_out) {

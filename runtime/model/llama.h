@@ -77,6 +77,11 @@ struct RunState {
   void reserve(const LlamaConfig& c, int n_rows);
 };
 
+/// The matrix tensor `name` of `f` as a Weight of n_out rows of n_in (ggml shape [n_in, n_out]), read in place.
+/// InputError naming the file and the tensor when it is missing, has another shape or a type choreo does not
+/// compute with. (The GGUF reader already rejects rows that are not whole blocks.)
+kernels::Weight weight_view(const gguf::File& f, const std::string& name, int64_t n_in, int64_t n_out);
+
 /// A loaded model: weights, vocabulary, chat format and the forward pass.
 class Model {
  public:

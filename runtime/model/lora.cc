@@ -43,11 +43,6 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-std::string lora_base_tensor(LoraTarget t, int layer) {
-  if (t == LoraTarget::Output) return "output.weight";
-  return fmt::format("blk.{}.{}.weight", layer, kLayerTensors[int(t)]);
-}
-
 std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, const Model& base) {
   return load(gguf::File::open(path), base);
 }
@@ -96,20 +91,7 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(gguf::File file, const Mode
     return {0, 0};
   };
   const auto view = [&](const gguf::TensorInfo& t, int64_t n_in, int64_t n_out) {
-    if (!kernels::is_supported(t.type))
-      throw InputError(fmt::format("{}: tensor '{}' has type {}, which choreo cannot compute with", path, t.name,
-                                   kernels::type_traits(t.type).name),
-                       "supported types: F32, F16, BF16, Q8_0, Q4_0, Q4_1");
-    if (n_in % int64_t(kernels::type_traits(t.type).block_elems) != 0)
-      throw InputError(fmt::format("{}: tensor '{}' of type {} has rows of {} elements, not whole blocks", path,
-                                   t.name, kernels::type_traits(t.type).name, n_in));
-    kernels::Weight w;
-    w.type = t.type;
-    w.data = t.data;
-    w.n_in = n_in;
-    w.n_out = n_out;
-    w.row_stride = kernels::row_bytes(t.type, n_in);
-    return base.backend().upload_weight(w);
+    return base.backend().upload_weight(weight_view(f, t.name, n_in, n_out));
   };
 
   ad->layers_.resize(size_t(c.n_layers));
@@ -175,12 +157,6 @@ const LoraPair* LoraAdapter::find(int layer, LoraTarget t) const {
   if (layer < 0 || size_t(layer) >= layers_.size()) return nullptr;
   const std::optional<LoraPair>& p = layers_[size_t(layer)][size_t(t)];
   return p ? &*p : nullptr;
-}
-
-int LoraStack::max_rank() const {
-  int r = 0;
-  for (const auto& [adapter, scale] : adapters) r = std::max(r, adapter->max_rank());
-  return r;
 }
 
 uint64_t LoraStack::fingerprint() const {

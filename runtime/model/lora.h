@@ -24,8 +24,6 @@ class Model;
 /// The base weights an adapter may adapt: a layer's seven projections, and the output projection.
 enum class LoraTarget : int { Q, K, V, O, Gate, Up, Down, Output };
 inline constexpr int kLoraTargets = 8;
-/// The GGUF tensor name of a target in layer `layer` (the output projection has none): "blk.3.attn_q.weight".
-std::string lora_base_tensor(LoraTarget t, int layer);
 
 /// One adapted weight: A maps the base weight's input to `rank` values, B maps those to its output.
 struct LoraPair {
@@ -73,8 +71,6 @@ class LoraAdapter {
 struct LoraStack {
   std::vector<std::pair<std::shared_ptr<const LoraAdapter>, float>> adapters;
   bool empty() const { return adapters.empty(); }
-  /// The largest rank of any adapter of the stack (scratch sizing).
-  int max_rank() const;
   /// What content keys and store fingerprints add for this stack: every adapter's fingerprint and the bits
   /// of its scale, in order; 0 for the base model.
   uint64_t fingerprint() const;

@@ -27,7 +27,7 @@ class Session {
   static void decode_together(std::span<Session* const> sessions, std::span<const Token> tokens,
                               std::vector<float>* logits);
 
-  /// Runs every later step with these LoRA adapters (lora.h), or on the base model when null (the default).
+  /// Runs every later step with these LoRA adapters (lora.h), or on the base model when null (the default) or empty.
   /// The stack must outlive its use. Tokens already evaluated keep the KV they were computed with.
   void set_lora(const LoraStack* lora) { lora_ = lora; }
 

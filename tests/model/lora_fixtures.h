@@ -17,7 +17,7 @@ namespace choreo::testing {
 inline std::string math_lora() { return shared_file("models/smollm2-135m-instruct-math-lora.gguf"); }
 
 /// Writes to `dst` an adapter built from `src`'s tensors: `rename(name)` gives the tensor whose data is stored
-/// under `name` (same shape and type), and `edit` may change the metadata or tensors further.
+/// under `name` (same shape and type). The metadata is `src`'s, or what `metadata` writes when given.
 inline void write_adapter_from(const std::string& src, const std::string& dst,
                                const std::function<std::string(const std::string&)>& rename,
                                const std::function<void(gguf::Writer&)>& metadata = {}) {
