@@ -22,7 +22,23 @@ struct ExecOptions {
   TierOptions tiers;
   KvOptions kv;
   LoraOptions lora;
+  std::vector<std::string> lora_modules;  // NAME=ADAPTER.gguf: the run's model with that adapter
+  std::vector<std::string> model_files;   // NAME=MODEL.gguf: another GGUF of the same architecture
 };
+
+/// The run's model (with --lora) as "default", then --lora-modules and --model-file, which calls choose with
+/// their "model" field. `owned` keeps the other GGUFs loaded.
+runtime::ModelSet exec_models(const ExecOptions& o, const LoadedModel& lm,
+                              std::vector<std::unique_ptr<model::Model>>& owned) {
+  runtime::ModelSet set(*lm.model, lm.lora);
+  for (const auto& [name, file] : key_values(o.lora_modules, "--lora-modules"))
+    set.add(name, *lm.model, model::LoraStack{{{model::LoraAdapter::load(file, *lm.model), 1.0f}}});
+  for (const auto& [name, file] : key_values(o.model_files, "--model-file")) {
+    owned.push_back(model::Model::load(file, lm.model->backend()));
+    set.add(name, *owned.back(), {});
+  }
+  return set;
+}
 
 void run_exec(const ExecOptions& o) {
   const runtime::Mode mode = runtime::parse_mode(o.mode);
@@ -33,7 +49,8 @@ void run_exec(const ExecOptions& o) {
   LoadedModel lm = load_model(o.model_path, o.n_threads);
   kv::PagePool pool(lm.model->backend(), o.kv.layout(*lm.model), o.tiers.t0_bytes());
   lm.lora = o.lora.load(*lm.model);
-  runtime::Engine engine(*lm.model, pool, mode, 512, &lm.lora);
+  std::vector<std::unique_ptr<model::Model>> owned;
+  runtime::Engine engine(exec_models(o, lm, owned), pool, mode, 512);
   engine.set_tiers(o.tiers.tiers());
   std::unique_ptr<store::RedisStore> redis = mode == runtime::Mode::Choreo ? open_redis(o.tiers) : nullptr;
   engine.set_remote_store(redis.get());
@@ -53,6 +70,12 @@ void register_exec(CLI::App& app) {
   add_tier_options(*cmd, o->tiers);
   add_kv_options(*cmd, o->kv);
   add_lora_options(*cmd, o->lora);
+  add_pairs_option(*cmd, "--lora-modules", o->lora_modules,
+                   "NAME=ADAPTER.gguf: a model calls choose with \"model\": NAME, the model with that adapter "
+                   "(scale 1); repeatable");
+  add_pairs_option(*cmd, "--model-file", o->model_files,
+                   "NAME=MODEL.gguf: another GGUF of the model's architecture, shapes and vocabulary, chosen with "
+                   "\"model\": NAME; repeatable");
   cmd->callback([o] {
     o->tiers.resolve();
     run_exec(*o);

@@ -15,6 +15,7 @@
 #include "common/statistics.h"
 #include "dsl/workflow_parser.h"
 #include "runtime/engine/engine.h"
+#include "runtime/exec/workflow_models.h"
 #include "runtime/exec/instances.h"
 #include "runtime/exec/profile.h"
 #include "dsl/plan/elaborate.h"
@@ -69,12 +70,14 @@ void run_profile(const ProfileOptions& o) {
 
   LoadedModel lm = load_model(o.model_path, o.n_threads);
   lm.lora = o.lora.load(*lm.model);
+  // The run's model (with --lora adapters) is model 0; the workflow's `models:` follow.
+  const exec::WorkflowModels models = exec::load_workflow_models(workflow, *lm.model, lm.lora);
   const kernels::KvLayout layout = o.kv.layout(*lm.model);
   kv::PagePool baseline_pool(lm.model->backend(), layout, size_t(o.cache_mib) << 20), choreo_pool(lm.model->backend(), layout, size_t(o.cache_mib) << 20);
   {
     // Warm-up (page faults on the weights, thread start), on a scratch engine so neither cache sees it.
     kv::PagePool scratch_pool(lm.model->backend(), layout, size_t(64) << 20);
-    runtime::Engine scratch(*lm.model, scratch_pool, runtime::Mode::Choreo, 512, &lm.lora);
+    runtime::Engine scratch(models.set, scratch_pool, runtime::Mode::Choreo, 512);
     runtime::PrefillRequest warm;
     warm.tokens = lm.model->vocab().tokenize("Warm up the weights and the threads, please.", false, true);
     scratch.prefill(warm);
@@ -90,11 +93,11 @@ void run_profile(const ProfileOptions& o) {
   // chat API call that shares nothing with the previous row. KV that outgrows --cache-mib is evicted
   // (docs/store.md, "Tiers"), with the same results.
   std::optional<runtime::Engine> warm_choreo;
-  if (!o.cold) warm_choreo.emplace(*lm.model, choreo_pool, runtime::Mode::Choreo, 512, &lm.lora);
+  if (!o.cold) warm_choreo.emplace(models.set, choreo_pool, runtime::Mode::Choreo, 512);
   for (size_t i = 0; i < rows.size(); ++i) {
-    runtime::Engine baseline(*lm.model, baseline_pool, baseline_mode, 512, &lm.lora);
+    runtime::Engine baseline(models.set, baseline_pool, baseline_mode, 512);
     std::optional<runtime::Engine> cold_choreo;
-    if (o.cold) cold_choreo.emplace(*lm.model, choreo_pool, runtime::Mode::Choreo, 512, &lm.lora);
+    if (o.cold) cold_choreo.emplace(models.set, choreo_pool, runtime::Mode::Choreo, 512);
     runtime::Engine& choreo = o.cold ? *cold_choreo : *warm_choreo;
     exec::ProfiledInstance p;
     try {

@@ -19,6 +19,7 @@
 #include "common/terminal_text.h"
 #include "runtime/engine/engine.h"
 #include "common/atomic_file.h"
+#include "runtime/exec/workflow_models.h"
 #include "runtime/exec/baseline_count.h"
 #include "runtime/exec/instances.h"
 #include "runtime/exec/interpreter.h"
@@ -183,7 +184,9 @@ void run_run(const RunOptions& o) {
   LoadedModel lm = load_model(resolve_model(o, workflow), o.n_threads);
   kv::PagePool pool(lm.model->backend(), o.kv.layout(*lm.model), o.tiers.t0_bytes());
   lm.lora = o.lora.load(*lm.model);
-  runtime::Engine engine(*lm.model, pool, mode, 512, &lm.lora);
+  // The run's model (with --lora adapters) is model 0; the workflow's `models:` follow.
+  const exec::WorkflowModels models = exec::load_workflow_models(workflow, *lm.model, lm.lora);
+  runtime::Engine engine(models.set, pool, mode, 512);
   engine.set_tiers(o.tiers.tiers());
   // Encodings saved by `choreo encode` (PML modules) are read from the persistent store.
   std::unique_ptr<store::DiskStore> disk;

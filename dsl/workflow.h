@@ -78,12 +78,38 @@ struct Param {
   SourceLocation where;
 };
 
+/// A LoRA adapter of a declared model: `lora: FILE`, or `{file: FILE, scale: S}` (scale 1 by default).
+struct AdapterDecl {
+  Text file;  ///< a GGUF adapter, as written (relative to the workflow's directory when not found as given)
+  double scale = 1.0;
+  SourceLocation where;
+};
+
+/// How a declared model reads messages another model encoded (`reuse: [{from: M, plan: P, layers: [s, e]}]`;
+/// DESIGN.md §6).
+struct ReuseDecl {
+  Text from;                    ///< the sender: a model name (`default`: the run's model)
+  Text plan;                    ///< recompute, reuse or partial
+  std::optional<int64_t> begin, end;  ///< partial: `layers: [s, e]`, the layers recomputed
+  SourceLocation where;
+};
+
+/// A model calls and agents can choose with `model:` (`models: {NAME: FILE}` or `{NAME: {file:, lora:}}`).
+struct ModelDecl {
+  Text name;
+  std::optional<Text> file;         ///< a GGUF; absent: the run's model (-m)
+  std::vector<AdapterDecl> lora;    ///< adapters over it, stacked in order
+  std::vector<ReuseDecl> reuse;     ///< its cross-model plans, one per sender
+  SourceLocation where;
+};
+
 /// A participant in the workflow; `private:` messages belong to one.
 struct Agent {
   Text name;
   std::optional<Text> description;
   std::optional<Text> color;
   bool private_default = false;  ///< `private: true`: the agent's calls make messages private to it
+  std::optional<Text> model;     ///< `model: NAME`: the model its calls run on (a call's own `model:` wins)
   SourceLocation where;
 };
 
@@ -157,7 +183,7 @@ struct Call {
   std::optional<IntSetting> new_offset;
   std::optional<Text> agent;       ///< agent name or template
   std::optional<Text> private_to;  ///< agent name or template
-  std::optional<Text> model;       ///< decode: model override
+  std::optional<Text> model;       ///< the model it runs on: a name under `models:` (overrides the agent's)
   Sampling sampling;               ///< decode: overrides
   std::optional<Loop> for_each;
   std::optional<Text> when;  ///< an expression; the call is skipped when false
@@ -209,6 +235,7 @@ struct Workflow {
   std::vector<Input> inputs;
   std::vector<Param> params;
   std::optional<Text> model;
+  std::vector<ModelDecl> models;  ///< `models:`, in file order
   Sampling sampling;
   std::vector<Agent> agents;
   std::vector<Message> messages;

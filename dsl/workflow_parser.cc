@@ -61,7 +61,7 @@ class Parser : private YamlReader {
                         "start with `name: my_workflow` and `steps:`");
     }
     Entries top = read_map(root, "workflow",
-                           {"name", "description", "inputs", "params", "model", "sampling", "agents",
+                           {"name", "description", "inputs", "params", "model", "models", "sampling", "agents",
                             "messages", "steps", "output"},
                            "top level");
     w.name = read_name(require(top, "name", "workflow"));
@@ -69,6 +69,7 @@ class Parser : private YamlReader {
     if (auto* e = top.find("inputs")) w.inputs = read_inputs(*e);
     if (auto* e = top.find("params")) w.params = read_params(*e);
     if (auto* e = top.find("model")) w.model = read_nonempty_text(*e);
+    if (auto* e = top.find("models")) w.models = read_models(*e);
     if (auto* e = top.find("sampling")) w.sampling = read_sampling_map(*e);
     if (auto* e = top.find("agents")) w.agents = read_agents(*e);
     if (auto* e = top.find("messages")) w.messages = read_messages(*e);
@@ -234,14 +235,105 @@ class Parser : private YamlReader {
       a.where = e.key.where;
       check_identifier(a.name, "an agent");
       if (!e.value.IsNull()) {
-        Entries spec = read_map(e.value, e.key.value, {"description", "color", "private"}, "an agent");
+        Entries spec = read_map(e.value, e.key.value, {"description", "color", "private", "model"}, "an agent");
         if (auto* d = spec.find("description")) a.description = read_text(*d);
+        if (auto* m = spec.find("model")) a.model = read_name(*m);
         if (auto* c = spec.find("color")) a.color = read_color(*c);
         if (auto* p = spec.find("private")) a.private_default = read_bool(*p);
       }
       out.push_back(std::move(a));
     }
     return out;
+  }
+
+  /// `models: {NAME: FILE}` or `{NAME: {file: FILE, lora: FILE | [FILE | {file: FILE, scale: S}, ...]}}`.
+  std::vector<ModelDecl> read_models(const Entry& section) {
+    std::vector<ModelDecl> out;
+    Entries map = read_map(section.value, "models", {}, "models", &section.key.where);
+    for (const Entry& e : map.items) {
+      ModelDecl m;
+      m.name = e.key;
+      m.where = e.key.where;
+      check_identifier(m.name, "a model");
+      if (m.name.value == "default")
+        throw file_.error(m.where, "`default` names the run's model (-m) and cannot be declared",
+                          "give the model another name");
+      if (e.value.IsScalar()) {
+        m.file = read_nonempty_text(e);
+      } else if (!e.value.IsNull()) {
+        Entries spec = read_map(e.value, e.key.value, {"file", "lora", "reuse"}, "a model");
+        if (auto* f = spec.find("file")) m.file = read_nonempty_text(*f);
+        if (auto* l = spec.find("lora"))
+          for (const Entry& item : one_or_list(*l, "[math.gguf, {file: style.gguf, scale: 0.5}]"))
+            m.lora.push_back(read_adapter(item));
+        if (auto* r = spec.find("reuse"))
+          for (const Entry& item : one_or_list(*r, "[{from: default, plan: partial, layers: [10, 15]}]"))
+            m.reuse.push_back(read_reuse(item));
+      }
+      out.push_back(std::move(m));
+    }
+    return out;
+  }
+
+  /// A value written once (`key: X`) or as a list (`key: [X, Y]`): its items.
+  std::vector<Entry> one_or_list(const Entry& e, std::string_view example) {
+    if (e.value.IsSequence()) return read_list(e, example);
+    return {e};
+  }
+
+  /// `{from: MODEL, plan: recompute | reuse | partial, layers: [s, e]}` (layers: partial only).
+  ReuseDecl read_reuse(const Entry& e) {
+    ReuseDecl r;
+    r.where = node_location(e.value);
+    Entries spec = read_map(e.value, "reuse", {"from", "plan", "layers"}, "a cross-model plan", &e.key.where);
+    r.from = read_name(require(spec, "from", "reuse"));
+    r.plan = read_text(require(spec, "plan", "reuse"));
+    static const Keys plans = {"recompute", "reuse", "partial"};
+    if (std::find(plans.begin(), plans.end(), r.plan.value) == plans.end()) {
+      const std::string hint = did_you_mean(r.plan.value, plans);
+      throw file_.error(r.plan.where, fmt::format("unknown plan `{}`", r.plan.value),
+                        hint.empty() ? "plans are recompute, reuse and partial" : hint);
+    }
+    const Entry* layers = spec.find("layers");
+    if (r.plan.value == "partial") {
+      if (!layers)
+        throw file_.error(r.plan.where, "a partial plan needs `layers: [s, e]`",
+                          "the layers s..e-1 are recomputed, e.g. `layers: [10, 15]`");
+      const std::vector<Entry> bounds = read_list(*layers, "[10, 15]");
+      if (bounds.size() != 2)
+        throw file_.error(layers->key.where, "`layers` takes two layers: [first, end)", "e.g. `layers: [10, 15]`");
+      const auto layer = [&](const Entry& b) {
+        const Text t = read_text(b);
+        const std::optional<int64_t> v = parse_integer(t, "layers");
+        if (!v || *v < 0 || *v > 100000)
+          throw file_.error(t.where, fmt::format("`{}` is not a layer number", t.value), "layers are whole numbers >= 0");
+        return *v;
+      };
+      r.begin = layer(bounds[0]);
+      r.end = layer(bounds[1]);
+    } else if (layers) {
+      throw file_.error(layers->key.where, fmt::format("a {} plan takes no `layers`", r.plan.value),
+                        "only `plan: partial` recomputes chosen layers");
+    }
+    return r;
+  }
+
+  AdapterDecl read_adapter(const Entry& e) {
+    AdapterDecl a;
+    a.where = node_location(e.value);
+    if (!e.value.IsMap()) {
+      a.file = read_nonempty_text(e);
+      return a;
+    }
+    Entries spec = read_map(e.value, "adapter", {"file", "scale"}, "a LoRA adapter");
+    a.file = read_nonempty_text(require(spec, "file", "adapter"));
+    if (auto* s = spec.find("scale")) {
+      const FloatSetting scale = read_float_setting(*s, -100.0, 100.0, false);
+      if (!std::holds_alternative<double>(scale.value))
+        throw file_.error(scale.where, "an adapter's `scale` must be a number", "e.g. `scale: 0.5`");
+      a.scale = std::get<double>(scale.value);
+    }
+    return a;
   }
 
   Text read_color(const Entry& e) {
@@ -505,12 +597,11 @@ class Parser : private YamlReader {
     c.kind = e.key.value == "decode" ? CallKind::Decode : CallKind::Prefill;
     c.where = e.key.where;
     Keys keys = {"as", "role", "parents", "new_offset", "agent", "private", "for", "when",
-                 "pin", "priority", "ttl", "release"};
+                 "pin", "priority", "ttl", "release", "model"};
     if (c.kind == CallKind::Prefill) {
       keys.insert(keys.end(), {"text", "message"});
     } else {
-      keys.insert(keys.end(),
-                  {"header", "model", "temperature", "top_p", "top_k", "max_tokens", "seed", "stop"});
+      keys.insert(keys.end(), {"header", "temperature", "top_p", "top_k", "max_tokens", "seed", "stop"});
     }
     Entries map = read_map(e.value, e.key.value, keys, e.key.value, &e.key.where);
     c.as = read_target(require(map, "as", e.key.value));
@@ -521,6 +612,7 @@ class Parser : private YamlReader {
     if (auto* x = map.find("private")) c.private_to = read_nonempty_text(*x);
     if (auto* x = map.find("for")) c.for_each = read_loop(*x);
     if (auto* x = map.find("when")) c.when = read_expression(*x);
+    if (auto* x = map.find("model")) c.model = read_name(*x);
     c.retention = read_retention(map);
     if (c.kind == CallKind::Prefill) {
       if (auto* x = map.find("text")) c.text = read_text(*x);
@@ -541,7 +633,6 @@ class Parser : private YamlReader {
         throw file_.error(map.where, "decode needs a `header:` or a `role:`",
                           "the reply is generated after the header (a role's chat-template header counts)");
       }
-      if (auto* x = map.find("model")) c.model = read_nonempty_text(*x);
       c.sampling.where = map.where;
       read_sampling_keys(map, c.sampling);
     }

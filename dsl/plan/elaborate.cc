@@ -170,6 +170,8 @@ class Elaborator {
       : w_(workflow), arguments_(arguments), executor_(executor), knowledge_(knowledge),
         budget_(workflow, arguments.max_steps) {
     for (const Agent& a : w_.agents) agents_.push_back(a.name.value);
+    for (const Agent& a : w_.agents)
+      if (a.model) check_model(*a.model);
   }
 
   Elaboration run() {
@@ -385,6 +387,18 @@ class Elaborator {
                    fmt::format("the agents are: {}", fmt::join(agents_, ", ")));
   }
 
+  /// A `model:` name: one declared under `models:`, or `default` (the run's model).
+  void check_model(const Text& name) const {
+    std::vector<std::string> names{"default"};
+    for (const ModelDecl& m : w_.models) names.push_back(m.name.value);
+    if (std::find(names.begin(), names.end(), name.value) != names.end()) return;
+    throw error_at(name.where,
+                   expr::with_suggestion(fmt::format("unknown model `{}`", name.value), name.value, names),
+                   w_.models.empty()
+                       ? "declare it under `models:` (`NAME: FILE.gguf`, or `NAME: {file: ..., lora: ...}`)"
+                       : fmt::format("the models are: {}", fmt::join(names, ", ")));
+  }
+
   // ---- batches -----------------------------------------------------------------------------------------
 
   /// Sends a batch to the executor and binds each branch's name to the value it returns: every branch of a
@@ -529,6 +543,14 @@ class Elaborator {
       for (const Agent& a : w_.agents)
         if (a.private_default && a.name.value == n.agent) n.private_to = n.agent;
     }
+    // The call's own `model:`, else its agent's.
+    if (call.model) {
+      check_model(*call.model);
+      n.model = call.model;
+    } else {
+      for (const Agent& a : w_.agents)
+        if (a.model && a.name.value == n.agent) n.model = a.model;
+    }
     if (call.message)
       for (const Message& m : w_.messages)
         if (m.name.value == call.message->value) b.message = &m;
@@ -548,7 +570,6 @@ class Elaborator {
         throw error_at(call.where, fmt::format("decode `{}` has an empty header", n.name),
                        "give a non-empty `header:` or a `role:`");
       b.sampling = sampling(scope, call.sampling);
-      n.model = call.model;
     }
     return b;
   }

@@ -53,7 +53,7 @@ struct Node {
   std::optional<std::string> text;    ///< message/prefill text when known (rendered, without role markers)
   bool conditional = false;           ///< the run may skip it (a `when`, or after an `until` that may stop)
   bool pml = false;                   ///< a PML message: at run time, the list of its pieces (docs/pml.md)
-  std::optional<Text> model;          ///< decodes: `model:` as written
+  std::optional<Text> model;          ///< calls: the `model:` it runs on (its own, else its agent's); none: default
   Retention retention;                ///< `pin`, `priority`, `ttl`, `release` (the KV tiers read them)
   std::vector<Iteration> iterations;  ///< the enclosing `repeat` iterations, outermost first
   size_t batch = 0;                   ///< index into Plan::batches (= the step at which it runs)

@@ -1,4 +1,5 @@
 #include "runtime/engine/engine.h"
+#include "runtime/engine/engine_work.h"
 
 #include <algorithm>
 #include <chrono>
@@ -48,33 +49,6 @@ Mode parse_mode(std::string_view name) {
   throw InputError(fmt::format("unknown mode '{}'", name), "use choreo, prefix or naive");
 }
 
-/// One message being encoded: its tokens [msg->n_encoded, tokens.size()) are pending.
-struct Engine::Work {
-  kv::Message* msg = nullptr;
-  std::vector<PlacedView> views;  // parents, BOS excluded
-  bool want_logits = false;       // logits of the last pending token
-  std::vector<float> logits;
-};
-
-/// Messages a call is using: resident in T0 and not evictable until it ends.
-class Engine::Held {
- public:
-  explicit Held(kv::MessageStore& store) : store_(store) {}
-  ~Held() {
-    for (kv::MessageId id : ids_) --store_.record(id).in_use;
-  }
-  Held(const Held&) = delete;
-  Held& operator=(const Held&) = delete;
-  void add(kv::Message& m) {
-    ++m.in_use;
-    ids_.push_back(m.id);
-  }
-
- private:
-  kv::MessageStore& store_;
-  std::vector<kv::MessageId> ids_;
-};
-
 struct Engine::Stored {
   std::optional<store::MappedEntry> mapped;  // T2
   std::vector<uint8_t> bytes;                // T3: the value read
@@ -83,34 +57,38 @@ struct Engine::Stored {
 };
 
 namespace {
-/// The model's fingerprint, combined with its adapters' when it runs with any.
-uint64_t weights_fingerprint_of(const model::Model& model, const model::LoraStack* lora) {
-  if (!lora || lora->empty()) return model.fingerprint();
-  const uint64_t words[2] = {model.fingerprint(), lora->fingerprint()};
-  return XXH3_64bits(words, sizeof words);
+std::vector<uint64_t> fingerprints(const ModelSet& models) {
+  std::vector<uint64_t> out;
+  for (size_t i = 0; i < models.size(); ++i) out.push_back(models[i].fingerprint);
+  return out;
 }
 }  // namespace
 
 Engine::Engine(const model::Model& model, kv::PagePool& pool, Mode mode, int max_batch, const model::LoraStack* lora)
-    : model_(model),
-      lora_(lora && !lora->empty() ? lora : nullptr),
-      weights_fingerprint_(weights_fingerprint_of(model, lora)),
-      store_(pool, weights_fingerprint_),
+    : Engine(ModelSet(model, lora ? *lora : model::LoraStack{}), pool, mode, max_batch) {}
+
+Engine::Engine(ModelSet models, kv::PagePool& pool, Mode mode, int max_batch)
+    : models_(std::move(models)),
+      store_(pool, fingerprints(models_)),
       mode_(mode),
       max_batch_(max_batch),
-      n_ctx_(model.config().n_ctx_train) {
-  const model::Vocab& vocab = model.vocab();
+      n_ctx_(models_.n_ctx()) {
+  const model::Vocab& vocab = model().vocab();
+  bos_.assign(models_.size(), kv::kNoMessage);
   if (vocab.add_bos() && vocab.bos() >= 0) {
     // The implicit BOS every call sees at position 0, encoded once per model.
-    kv::Message& bos = store_.create();
-    bos.tokens = {vocab.bos()};
-    bos.start_pos = 0;
-    Work w{&bos, {}, false, {}};
-    Work* wp = &w;
-    encode(std::span<Work*>(&wp, 1));
-    store_.publish(bos);
-    bos.pins = 1;
-    bos_ = bos.id;
+    for (size_t i = 0; i < models_.size(); ++i) {
+      kv::Message& bos = store_.create();
+      bos.model = int(i);
+      bos.tokens = {vocab.bos()};
+      bos.start_pos = 0;
+      Work w{&bos, {}, false, {}};
+      Work* wp = &w;
+      encode(std::span<Work*>(&wp, 1));
+      store_.publish(bos);
+      bos.pins = 1;
+      bos_[i] = bos.id;
+    }
   }
   store_.pool().set_reclaimer([this] { return evict_one(); });
   const ModeContext context{store_, first_pos(), n_ctx_};
@@ -123,14 +101,25 @@ Engine::Engine(const model::Model& model, kv::PagePool& pool, Mode mode, int max
 
 Engine::~Engine() { store_.pool().set_reclaimer(nullptr); }
 
-std::vector<kernels::KvSegment> Engine::segments_for(Work& w) {
+bool Engine::is_bos(kv::MessageId id) const { return std::find(bos_.begin(), bos_.end(), id) != bos_.end(); }
+
+void Engine::check_model(int model, std::string_view call, size_t index) const {
+  if (model < 0 || size_t(model) >= models_.size())
+    throw InputError(fmt::format("{} #{} names model {}; the engine has {} model{}", call, index, model,
+                                 models_.size(), models_.size() == 1 ? "" : "s"),
+                     "give a model index below the number of models");
+}
+
+std::vector<kernels::KvSegment> Engine::segments_for(Work& w, int bos_model) {
   std::vector<kernels::KvSegment> segs;
-  if (bos_ != kv::kNoMessage && w.msg->id != bos_) {
-    const kv::Message& b = store_.get(bos_);
+  const kv::MessageId bos = bos_[size_t(bos_model >= 0 ? bos_model : w.msg->model)];
+  if (bos != kv::kNoMessage && w.msg->id != bos) {
+    const kv::Message& b = store_.get(bos);
     segs.push_back({b.pages.pages(), 1, 0, -1});
   }
   for (const PlacedView& v : w.views) {
     const kv::Message& m = store_.record(v.message);  // a released parent, while a child is recomputed
+    const model::Model& weights = *models_[size_t(w.msg->model)].weights;
     if (v.delta != 0 && repositioning_ == Repositioning::KeyRerotation) {
       // Reference path: a copy of the parent whose keys are rotated by +delta, attended with delta 0. The
       // pages are rotated in host memory and copied back.
@@ -148,7 +137,7 @@ std::vector<kernels::KvSegment> Engine::segments_for(Work& w) {
         for (int l = 0; l < kv.n_layers; ++l)
           for (int slot = 0; slot < n_in_page; ++slot) {
             kv.read_k(page, l, slot, row.data());
-            model_.backend().rope(row.data(), 1, kv.n_kv_heads, kv.head_dim, &delta, model_.rope_params());
+            weights.backend().rope(row.data(), 1, kv.n_kv_heads, kv.head_dim, &delta, weights.rope_params());
             kv.write_k(page, l, slot, row.data());
           }
       }
@@ -163,7 +152,40 @@ std::vector<kernels::KvSegment> Engine::segments_for(Work& w) {
 }
 
 void Engine::encode(std::span<Work*> work) {
-  const int n_vocab = model_.config().n_vocab;
+  // Calls on one weights file share each step's forward pass, whatever their adapters (Batch::Group::lora);
+  // each other weights file has a pass of its own, and so have models whose messages save their hidden
+  // states at another layer (the E cache of a `partial` cross-model plan).
+  using Key = std::pair<const model::Model*, int>;
+  const auto on = [&](const Work* w) {
+    return Key{models_[size_t(w->msg->model)].weights, models_.e_cache_layer(w->msg->model)};
+  };
+  const auto encode_part = [&](Key key, std::span<Work*> part) {
+    if (key.second >= 0)
+      for (Work* w : part) {
+        w->captured = &w->msg->e_cache;
+        w->msg->e_cache_layer = key.second;
+      }
+    encode_on(*key.first, part, {0, -1, key.second});
+  };
+  const Key first = work.empty() ? Key{} : on(work.front());
+  if (std::all_of(work.begin(), work.end(), [&](const Work* w) { return on(w) == first; })) {
+    if (!work.empty()) encode_part(first, work);
+    return;
+  }
+  std::vector<Key> seen;
+  for (const Work* w : work) {
+    if (std::find(seen.begin(), seen.end(), on(w)) != seen.end()) continue;
+    seen.push_back(on(w));
+    std::vector<Work*> part;
+    for (Work* x : work)
+      if (on(x) == on(w)) part.push_back(x);
+    encode_part(on(w), part);
+  }
+}
+
+void Engine::encode_on(const model::Model& weights, std::span<Work*> work, LayerPass pass) {
+  const int n_vocab = weights.config().n_vocab;
+  const size_t dim = size_t(weights.config().dim);
   // Parent segments do not change while a message is encoded: build them once per call.
   std::vector<std::vector<kernels::KvSegment>> parent_segs(work.size());
   for (size_t i = 0; i < work.size(); ++i) {
@@ -176,6 +198,9 @@ void Engine::encode(std::span<Work*> work) {
   for (;;) {
     batch_.clear();
     batch_.kv = store_.pool().layout();
+    batch_.first_layer = pass.first;
+    batch_.end_layer = pass.end;
+    x_in_.clear();
     std::vector<std::pair<size_t, int>> taken;  // (work index, tokens taken this step)
     int budget = max_batch_;
     for (size_t i = 0; i < work.size() && budget > 0; ++i) {
@@ -194,19 +219,36 @@ void Engine::encode(std::span<Work*> work) {
         batch_.kv_slot.push_back(m.pages.slot_of(idx));
       }
       g.q_end = batch_.size();
+      if (work[i]->x_in)
+        x_in_.insert(x_in_.end(), work[i]->x_in + size_t(m.n_encoded) * dim,
+                     work[i]->x_in + size_t(m.n_encoded + k) * dim);
       g.segments = parent_segs[i];
       g.segments.push_back({m.pages.pages(), m.n_encoded + k, 0, m.n_encoded});
-      g.lora = lora_;
+      const model::LoraStack& lora = models_[size_t(m.model)].lora;
+      g.lora = lora.empty() ? nullptr : &lora;
       batch_.groups.push_back(std::move(g));
       if (work[i]->want_logits && m.n_encoded + k == int(m.tokens.size())) batch_.logit_rows.push_back(g.q_end - 1);
       taken.push_back({i, k});
     }
     if (taken.empty()) break;
     logits_.resize(batch_.logit_rows.size() * size_t(n_vocab));
-    model_.forward(batch_, state_, logits_.data());
+    // Rows of works given input hidden states start from them (all or none of a pass's works have them).
+    if (!x_in_.empty()) batch_.x_in = x_in_.data();
+    if (pass.capture >= 0) {
+      captured_.resize(size_t(batch_.size()) * dim);
+      batch_.capture_layer = pass.capture;
+      batch_.capture = captured_.data();
+    }
+    weights.forward(batch_, state_, logits_.data());
     size_t out = 0;
+    size_t row = 0;
     for (auto [i, k] : taken) {
       Work& w = *work[i];
+      if (w.captured) {  // rows for tokens [n_encoded, n_encoded + k), after what earlier steps captured
+        w.captured->resize(size_t(w.msg->n_encoded) * dim);
+        w.captured->insert(w.captured->end(), captured_.begin() + row * dim, captured_.begin() + (row + size_t(k)) * dim);
+      }
+      row += size_t(k);
       w.msg->n_encoded += k;
       if (w.want_logits && w.msg->n_encoded == int(w.msg->tokens.size())) {
         w.logits.assign(logits_.begin() + out * n_vocab, logits_.begin() + (out + 1) * n_vocab);
@@ -219,10 +261,18 @@ void Engine::encode(std::span<Work*> work) {
 
 void Engine::release(kv::MessageId id) {
   if (!store_.contains(id)) throw InputError(fmt::format("release: unknown message {}", id));
-  if (id == bos_) throw InputError("release: the implicit BOS message cannot be released");
+  if (is_bos(id)) throw InputError("release: the implicit BOS message cannot be released");
   if (kv::Message& m = store_.get(id); m.loading) settle(m, nullptr);
   call_mode_->forget(id);
   store_.erase(id);
+  // Other models' encodings of it go with it (their records stay, as every released message's do).
+  for (size_t model = 0; model < models_.size(); ++model) {
+    const auto it = encodings_on_.find({id, int(model)});
+    if (it == encodings_on_.end()) continue;
+    const kv::MessageId other = it->second;
+    encodings_on_.erase(it);
+    if (store_.contains(other)) release(other);
+  }
 }
 
 PrefillResult Engine::prefill(const PrefillRequest& request) {
@@ -241,18 +291,22 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
   for (size_t i = 0; i < requests.size(); ++i) {
     const PrefillRequest& r = requests[i];
     if (r.tokens.empty()) throw InputError(fmt::format("prefill #{} has no tokens", i), "give some text");
-    model_.check_tokens(r.tokens, "prefill");
-    Placement pl = place(store_, r.parents, r.new_offset, first_pos(), int(r.tokens.size()), n_ctx_, encode_now);
+    check_model(r.model, "prefill", i);
+    models_[size_t(r.model)].weights->check_tokens(r.tokens, "prefill");
+    // A parent another model encoded is read through this model's encoding of it (computed first if need be).
+    const std::vector<Parent> parents =
+        encode_now ? parents_on(r.model, r.parents, results[i].stats) : r.parents;
+    Placement pl = place(store_, parents, r.new_offset, first_pos(), int(r.tokens.size()), n_ctx_, encode_now);
     results[i].stats.start_pos = pl.new_start;
     if (!encode_now) {
       // Kept as text only: decode calls re-encode it.
-      results[i].id = new_message(store_, pl, r.agent, r.visibility, r.tokens).id;
+      results[i].id = new_message(store_, pl, r.agent, r.visibility, r.tokens, r.model).id;
       continue;
     }
     std::vector<kv::PlacedParent> placed;
     for (const PlacedView& v : pl.parents) placed.push_back({v.message, v.offset});
     for (const PlacedView& v : pl.parents) results[i].stats.n_reused += v.n_tokens;
-    uint64_t key = store_.content_key(r.tokens, pl.new_start, placed);
+    uint64_t key = store_.content_key(r.tokens, pl.new_start, placed, r.model);
     // An encoding that already exists (or is computed once for an earlier twin in this batch, or loaded
     // from disk below) is reused whole: its tokens count as reused, so n_computed + n_reused is always the
     // request's own tokens plus its parents' visible tokens, however the encoding was obtained.
@@ -268,13 +322,13 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
       results[i].stats.n_reused += int(r.tokens.size());
       continue;
     }
-    if (std::optional<kv::MessageId> loaded = disk_ || remote_ ? load_stored(key, 0) : std::nullopt) {
+    if (std::optional<kv::MessageId> loaded = disk_ || remote_ ? load_stored(key, 0, r.model) : std::nullopt) {
       results[i].id = *loaded;
       results[i].loaded = true;
       results[i].stats.n_reused += int(r.tokens.size());
       continue;
     }
-    kv::Message& m = new_message(store_, pl, r.agent, r.visibility, r.tokens);
+    kv::Message& m = new_message(store_, pl, r.agent, r.visibility, r.tokens, r.model);
     works.push_back({&m, pl.parents, false, {}});
     work_request.push_back(i);
     work_of[i] = works.size() - 1;
@@ -344,10 +398,21 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
     if (r.header.empty())
       throw InputError(fmt::format("decode #{} has an empty header", i),
                        "a decode needs at least one header token: the first generated token follows it");
-    model_.check_tokens(r.header, "decode header");
+    check_model(r.model, "decode", i);
+    models_[size_t(r.model)].weights->check_tokens(r.header, "decode header");
     const int budget = r.exact_tokens.value_or(r.max_tokens);
     if (budget < 0) throw InputError(fmt::format("decode #{}: max_tokens must not be negative", i));
-    layouts[i] = call_mode_->lay_out_decode(r, i, budget);
+    // A parent another model encoded is read through this model's encoding of it (computed first if need be).
+    if (call_mode_->encodes_prefills() &&
+        std::any_of(r.parents.begin(), r.parents.end(), [&](const Parent& p) {
+          return store_.contains(p.message) && !same_model(store_.get(p.message).model, r.model);
+        })) {
+      DecodeRequest own = r;
+      own.parents = parents_on(r.model, r.parents, results[i].stats);
+      layouts[i] = call_mode_->lay_out_decode(own, i, budget);
+    } else {
+      layouts[i] = call_mode_->lay_out_decode(r, i, budget);
+    }
     works[i] = {layouts[i].encoded, layouts[i].views, true, {}};
     results[i].stats.n_reused = layouts[i].n_reused;
     results[i].stats.start_pos = layouts[i].encoded->start_pos;
@@ -362,7 +427,7 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
   generate(requests, works, results, t0);
 
   const double t1 = steady_ms();
-  const model::Vocab& vocab = model_.vocab();
+  const model::Vocab& vocab = model().vocab();  // every model of the engine has the base model's vocabulary
   for (size_t i = 0; i < n; ++i) {
     const DecodeRequest& r = requests[i];
     DecodeResult& res = results[i];
@@ -382,7 +447,7 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
 
 void Engine::generate(std::span<const DecodeRequest> requests, std::vector<Work>& works,
                       std::vector<DecodeResult>& results, double t0) {
-  const model::Vocab& vocab = model_.vocab();
+  const model::Vocab& vocab = model().vocab();  // every model of the engine has the base model's vocabulary
   const size_t n = requests.size();
   // Encode every call's pending tokens (one batched pass), then sample and feed one token per active call per
   // step.
@@ -543,7 +608,15 @@ void Engine::recompute(kv::Message& m, CallStats* stats) {
   Work w{&m, std::move(views), false, {}};
   Work* wp = &w;
   try {
-    encode(std::span<Work*>(&wp, 1));
+    if (m.variant != 0) {
+      // A cross-model plan's encoding: made again from its source the same way (cross_model.cc).
+      const kv::Message& src = store_.record(m.source);
+      hold(m.source, parents, stats);
+      CallStats scratch;
+      encode_partial(m, src, models_.plan(src.model, m.model), w.views, stats ? *stats : scratch);
+    } else {
+      encode(std::span<Work*>(&wp, 1));
+    }
   } catch (...) {
     // Back to evicted, whole: a later call recomputes it again.
     m.pages.clear();
@@ -562,7 +635,7 @@ bool Engine::load_pages_stored(kv::Message& m) {
   // tokens are checked too.
   if (m.key == 0) return false;
   const double start = steady_ms();
-  std::optional<Stored> entry = open_stored(m.key);
+  std::optional<Stored> entry = open_stored(m.key, m.model);
   if (!entry || entry->meta().tokens != m.tokens || entry->meta().start_pos != m.start_pos) return false;
   bool ok = false;
   try {
@@ -597,11 +670,13 @@ bool Engine::load_pages_stored(kv::Message& m) {
 std::optional<kv::EvictionCandidate> Engine::candidate(kv::MessageId id, const kv::Message& m) const {
   kv::EvictionCandidate c{id, std::nullopt, m.n_children > 0, m.released, m.last_use, 0};
   if (m.released) return c;
-  // The running workflows' hints (`pin`, `priority`, `ttl`, `release`) and steps to execution.
-  const std::optional<kv::Retention> hint = step_oracles_.size() ? step_oracles_.retention(id) : std::nullopt;
+  // The running workflows' hints (`pin`, `priority`, `ttl`, `release`) and steps to execution. Another
+  // model's encoding of a message is read when that message is, and kept as it is.
+  const kv::MessageId as = m.source != kv::kNoMessage ? m.source : id;
+  const std::optional<kv::Retention> hint = step_oracles_.size() ? step_oracles_.retention(as) : std::nullopt;
   if (hint && hint->pin) return std::nullopt;
   if (tiers_.policy == kv::EvictionPolicy::Workflow || (hint && hint->release))
-    c.steps = step_oracles_.steps_to_execution(id);
+    c.steps = step_oracles_.steps_to_execution(as);
   if (hint) {
     c.priority = hint->priority;
     if (hint->ttl_ms && steady_ms() - m.last_use_ms > *hint->ttl_ms) c.released = true;  // expired
@@ -616,13 +691,13 @@ std::vector<kv::EvictionCandidate> Engine::eviction_order(HeldPages* held) {
     kv::Message* m = store_.record_or_null(id);
     if (!m || !m->resident()) continue;
     std::optional<kv::EvictionCandidate> c;
-    const bool movable = m->complete() && m->in_use == 0 && m->pins == 0 && id != bos_;
+    const bool movable = m->complete() && m->in_use == 0 && m->pins == 0 && !is_bos(id);
     if (movable) c = candidate(id, *m);
     if (c) {
       candidates.push_back(*c);
     } else if (held) {
       held->pages += m->pages.pages().size();
-      if (held->messages.size() < 6 && id != bos_)
+      if (held->messages.size() < 6 && !is_bos(id))
         held->messages.push_back(fmt::format("message {}{} ({} tokens{})", id,
                                              m->agent.empty() ? "" : fmt::format(" of agent '{}'", m->agent),
                                              m->tokens.size(), movable || m->pins > 0 ? ", pinned" : ""));
@@ -693,7 +768,9 @@ void Engine::record(kv::TierEvent::Kind kind, int tier, const kv::Message& m, ui
 }
 
 bool Engine::may_write_back(const kv::Message& m, size_t bytes) const {
-  return disk_ && !m.released && !m.on_disk && m.key != 0 && tier_stats_.t2_write_bytes + bytes <= tiers_.disk_bytes;
+  // A cross-model plan's encoding (variant) is not written: its key is not a hash of what the entry holds.
+  return disk_ && !m.released && !m.on_disk && m.key != 0 && m.variant == 0 &&
+         tier_stats_.t2_write_bytes + bytes <= tiers_.disk_bytes;
 }
 
 void Engine::write_back(kv::Message& m, std::vector<const std::byte*> pages, kv::TierEvent::Kind kind) {
@@ -757,7 +834,6 @@ std::vector<kv::MessageId> Engine::unstored_ancestry(kv::MessageId id) {
   // Depth-first, children after their parents (post-order), each message once however many paths reach it.
   // An ancestor the store holds a usable entry for ends the walk there: its own ancestors were stored with
   // it.
-  const store::Compatibility expect{weights_fingerprint_, store_.pool().layout()};
   std::vector<kv::MessageId> order;
   std::unordered_set<kv::MessageId> seen{id};
   std::vector<std::pair<kv::MessageId, size_t>> stack{{id, 0}};  // (message, next parent to visit)
@@ -774,8 +850,10 @@ std::vector<kv::MessageId> Engine::unstored_ancestry(kv::MessageId id) {
       throw InputError(
           fmt::format("persist: message {} was encoded over message {}, which was released", message, parent),
           "persist a message before releasing its parents");
-    if (parent == bos_ || !seen.insert(parent).second) continue;
-    if (!disk_->open(store_.get(parent).key, expect)) stack.push_back({parent, 0});
+    if (is_bos(parent) || !seen.insert(parent).second) continue;
+    const kv::Message& p = store_.get(parent);
+    if (!disk_->open(p.key, {models_[size_t(p.model)].fingerprint, store_.pool().layout()}))
+      stack.push_back({parent, 0});
   }
   return order;
 }
@@ -783,10 +861,11 @@ std::vector<kv::MessageId> Engine::unstored_ancestry(kv::MessageId id) {
 store::EntryMeta Engine::entry_meta(const kv::Message& m, uint64_t tag) const {
   store::EntryMeta meta;
   for (const kv::PlacedParent& p : m.parents) meta.parents.push_back({store_.record(p.message).key, p.offset});
-  meta.model_fingerprint = weights_fingerprint_;
+  const EngineModel& model = models_[size_t(m.model)];
+  meta.model_fingerprint = model.fingerprint;
   meta.content_key = m.key;
   meta.tag = tag;
-  meta.model_name = std::filesystem::path(model_.file().path()).filename().string();
+  meta.model_name = std::filesystem::path(model.weights->file().path()).filename().string();
   meta.tokens = m.tokens;
   meta.start_pos = m.start_pos;
   meta.agent = m.agent;
@@ -834,7 +913,7 @@ void Engine::persist(kv::MessageId id, uint64_t tag) {
   if (m.key == 0 || m.tokens.empty() || m.n_encoded != int(m.tokens.size()) || m.pages.pages().empty())
     throw InputError(fmt::format("persist: message {} has no complete encoding", id),
                      "only messages encoded in choreo mode can be persisted");
-  if (id == bos_) return;  // every engine encodes its own BOS
+  if (is_bos(id)) return;  // every engine encodes its own BOS
   // The message itself is always written; an ancestor only when the store has no usable entry for it.
   std::vector<kv::MessageId> to_write = unstored_ancestry(id);  // parents first, ends with `id`
   const size_t n_written = to_write.size();
@@ -857,14 +936,15 @@ void Engine::persist(kv::MessageId id, uint64_t tag) {
   }
 }
 
-std::optional<kv::MessageId> Engine::load(uint64_t key) {
-  if (kv::Message* m = store_.find(key)) return m->id;
+std::optional<kv::MessageId> Engine::load(uint64_t key, int model) {
+  check_model(model, "load", 0);
+  if (kv::Message* m = store_.find(key)) return m->id;  // keys cover the model: this is its encoding
   if ((!disk_ && !remote_) || !call_mode_->encodes_prefills()) return std::nullopt;
-  return load_stored(key, 0);
+  return load_stored(key, 0, model);
 }
 
-std::optional<Engine::Stored> Engine::open_stored(uint64_t key) {
-  const store::Compatibility expect{weights_fingerprint_, store_.pool().layout()};
+std::optional<Engine::Stored> Engine::open_stored(uint64_t key, int model) {
+  const store::Compatibility expect{models_[size_t(model)].fingerprint, store_.pool().layout()};
   Stored s;
   if (disk_) s.mapped = disk_->open(key, expect);
   if (s.mapped) return s;
@@ -898,11 +978,11 @@ bool Engine::read_stored(const Stored& s, kv::PageList& pages) {
   return !bad;
 }
 
-std::optional<kv::MessageId> Engine::load_stored(uint64_t key, int depth) {
-  if (kv::Message* m = store_.find(key)) return m->id;
+std::optional<kv::MessageId> Engine::load_stored(uint64_t key, int depth, int model) {
+  if (kv::Message* m = store_.find(key)) return m->id;  // keys cover the model: this is its encoding
   // Keys hash their parents' keys, so real ancestries are acyclic; the bound stops a crafted cycle.
   constexpr int kMaxAncestry = 4096;
-  std::optional<Stored> entry = open_stored(key);
+  std::optional<Stored> entry = open_stored(key, model);
   if (!entry) return std::nullopt;
   if (depth > kMaxAncestry) {
     report_stored(*entry, key, "ancestry deeper than 4096 messages");
@@ -911,22 +991,23 @@ std::optional<kv::MessageId> Engine::load_stored(uint64_t key, int depth) {
   const store::EntryMeta& meta = entry->meta();
   if (meta.start_pos + int64_t(meta.tokens.size()) > n_ctx_ ||
       std::any_of(meta.tokens.begin(), meta.tokens.end(),
-                  [&](model::Token t) { return t < 0 || t >= model_.config().n_vocab; })) {
+                  [&](model::Token t) { return t < 0 || t >= models_.base().weights->config().n_vocab; })) {
     report_stored(*entry, key, "tokens or positions outside this model's range");
     return std::nullopt;
   }
   std::vector<kv::PlacedParent> parents;
   for (const store::EntryParent& p : meta.parents) {
-    std::optional<kv::MessageId> parent = load_stored(p.key, depth + 1);
+    std::optional<kv::MessageId> parent = load_stored(p.key, depth + 1, model);
     if (!parent || p.offset < 0 || p.offset > n_ctx_) return std::nullopt;
     parents.push_back({*parent, int(p.offset)});
   }
-  if (store_.content_key(meta.tokens, meta.start_pos, parents) != key) {
+  if (store_.content_key(meta.tokens, meta.start_pos, parents, model) != key) {
     report_stored(*entry, key, "its tokens and parents do not hash to its content key");
     return std::nullopt;
   }
   const double start = steady_ms();
   kv::Message& m = store_.create();
+  m.model = model;
   m.tokens = meta.tokens;
   m.start_pos = meta.start_pos;
   m.parents = std::move(parents);

@@ -4,12 +4,14 @@
 // tokens; nothing else. Independent calls given together run as one batched forward pass per step.
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "runtime/engine/model_set.h"
 #include "runtime/engine/placement.h"
 #include "runtime/engine/requests.h"
 #include "runtime/engine/step_oracle.h"
@@ -43,11 +45,15 @@ enum class Repositioning {
   KeyRerotation,  // copy the parent's KV with keys re-rotated by +delta (the paper's method; reference path)
 };
 
-/// Runs calls on one model over one message store.
+/// Runs calls on one or several models (runtime/engine/model_set.h) over one message store.
 class Engine {
  public:
-  /// With `lora` (not null, must outlive the engine), every call runs with those adapters, and content keys
-  /// and store entries carry the adapters' fingerprint with the model's (weights_fingerprint()).
+  /// Calls choose one of `models` (the models' weights must outlive the engine); the pool's layout must be
+  /// the base model's. Each model's KV is its own: content keys and store entries carry its fingerprint,
+  /// and a call that names a parent encoded by another model attends to its own model's encoding of it
+  /// (computed first when there is none: the `recompute` cross-model plan, counted in n_cross_model).
+  Engine(ModelSet models, kv::PagePool& pool, Mode mode = Mode::Choreo, int max_batch = 512);
+  /// One model: `model`, with the adapters of `lora` when given.
   Engine(const model::Model& model, kv::PagePool& pool, Mode mode = Mode::Choreo, int max_batch = 512,
          const model::LoraStack* lora = nullptr);
   ~Engine();
@@ -77,13 +83,15 @@ class Engine {
   /// a released ancestor, or when no disk store is set.
   void persist(kv::MessageId id, uint64_t tag = 0);
   /// The message with this content key: in memory, else loaded from the disk store (parents first, by key),
-  /// else nullopt.
-  std::optional<kv::MessageId> load(uint64_t key);
+  /// else nullopt. `model`: whose entries to read (keys cover the model, so another model's never match).
+  std::optional<kv::MessageId> load(uint64_t key, int model = 0);
 
   kv::MessageStore& store() { return store_; }
-  const model::Model& model() const { return model_; }
-  /// What the KV of this engine depends on: the model file, and the adapters and scales it runs with.
-  uint64_t weights_fingerprint() const { return weights_fingerprint_; }
+  /// The default model's weights (models()[0]).
+  const model::Model& model() const { return *models_.base().weights; }
+  const ModelSet& models() const { return models_; }
+  /// What the KV of the default model depends on: its file, and the adapters and scales it runs with.
+  uint64_t weights_fingerprint() const { return models_.base().fingerprint; }
   Mode mode() const { return mode_; }
   /// The first of `n` prefix scopes no call has used yet (DecodeRequest::prefix_scope).
   uint64_t new_prefix_scopes(uint64_t n = 1) {
@@ -93,7 +101,7 @@ class Engine {
   }
   void set_repositioning(Repositioning r) { repositioning_ = r; }
   /// Position of the first parent token: 1 after the implicit BOS, 0 for models without BOS.
-  int first_pos() const { return bos_ == kv::kNoMessage ? 0 : 1; }
+  int first_pos() const { return bos_.front() == kv::kNoMessage ? 0 : 1; }
   /// The KV tiers below T0 (the page pool's budget): the T1 budget and the eviction policy
   /// (runtime/kv/tiers.h, docs/store.md "Tiers"). When a call needs pages the pool has no room for, messages
   /// no running call uses leave T0 in policy order: to T1 when it has room, else nowhere (recomputed from
@@ -129,7 +137,30 @@ class Engine {
   // Samples and feeds one token per unfinished call per step until every call is finished.
   void generate(std::span<const DecodeRequest> requests, std::vector<Work>& works,
                 std::vector<DecodeResult>& results, double t0);
-  std::vector<kernels::KvSegment> segments_for(Work& w);
+  // Which layers a pass runs, and where it captures hidden states (model::Batch).
+  struct LayerPass {
+    int first = 0;
+    int end = -1;      // -1: to the last
+    int capture = -1;  // the layer whose input each work's `captured` receives, or -1
+  };
+  // Encodes works that all run on `weights` (one forward pass per step).
+  void encode_on(const model::Model& weights, std::span<Work*> work, LayerPass pass);
+  // The parents' segments of a work, behind the implicit BOS of `bos_model` (-1: the work's own model).
+  std::vector<kernels::KvSegment> segments_for(Work& w, int bos_model = -1);
+  bool is_bos(kv::MessageId id) const;
+  // Two of the models have the same weights and adapters: their encodings are interchangeable.
+  bool same_model(int a, int b) const { return models_[size_t(a)].fingerprint == models_[size_t(b)].fingerprint; }
+  void check_model(int model, std::string_view call, size_t index) const;
+  // ---- several models (runtime/engine/cross_model.cc) ----
+  // The parents a call on `model` attends to: each one encoded by another model replaced by `model`'s own
+  // encoding of it (found, loaded or computed now, with its ancestors; counted in stats.n_cross_model).
+  std::vector<Parent> parents_on(int model, std::span<const Parent> parents, CallStats& stats);
+  // `model`'s encoding of message `id` (id itself when `model` encoded it, or reads its KV as it is).
+  kv::MessageId encoding_on(int model, kv::MessageId id, CallStats& stats);
+  // A `partial` plan's encoding of `src` for `model`: src's KV copied, then layers [begin, end) recomputed by
+  // `model` from src's E cache (computed first, by src's model, when src has none).
+  void encode_partial(kv::Message& m, const kv::Message& src, const CrossModelPlan& plan,
+                      const std::vector<PlacedView>& views, CallStats& stats);
   // ---- tiers ----
   class Held;
   // Brings message `id` back to T0 if it was evicted (from T1, else by recomputing it over its parents),
@@ -176,18 +207,16 @@ class Engine {
   bool save_entry(kv::MessageId id, uint64_t tag, std::vector<const std::byte*> pages = {});
   // Loads parents first (recursively). Parents that load are in memory for the next lookup, and a load stops
   // at its first parent that fails, so the work stays linear in the ancestry even where paths meet.
-  std::optional<kv::MessageId> load_stored(uint64_t key, int depth);
+  std::optional<kv::MessageId> load_stored(uint64_t key, int depth, int model);
   // A stored entry whose header passed its checks: a mapped T2 file, or a T3 value read from Redis.
   struct Stored;
-  std::optional<Stored> open_stored(uint64_t key);  // T2 first, then T3
+  std::optional<Stored> open_stored(uint64_t key, int model);  // T2 first, then T3
   bool read_stored(const Stored& s, kv::PageList& pages);
   void report_stored(const Stored& s, uint64_t key, std::string_view what);
   store::EntryMeta entry_meta(const kv::Message& m, uint64_t tag) const;
   void share(kv::Message& m);  // T3 write-through
 
-  const model::Model& model_;
-  const model::LoraStack* lora_ = nullptr;  // null or empty: the base model
-  uint64_t weights_fingerprint_ = 0;
+  ModelSet models_;
   kv::HostTier host_;  // before store_: messages' host copies are charged to it
   kv::MessageStore store_;
   kv::TierSettings tiers_;
@@ -196,7 +225,9 @@ class Engine {
   Mode mode_;
   int max_batch_;
   int n_ctx_;
-  kv::MessageId bos_ = kv::kNoMessage;
+  std::vector<kv::MessageId> bos_;  // per model: the implicit BOS it encoded (kNoMessage: none)
+  // (message, model) -> that model's encoding of another model's message (encoding_on).
+  std::map<std::pair<kv::MessageId, int>, kv::MessageId> encodings_on_;
   std::unique_ptr<CallMode> call_mode_;  // what mode_ does differently (runtime/engine/mode.h)
   Repositioning repositioning_ = Repositioning::QueryRotation;
   store::DiskStore* disk_ = nullptr;
@@ -205,6 +236,7 @@ class Engine {
   model::Batch batch_;
   model::RunState state_;
   std::vector<float> logits_;
+  std::vector<float> x_in_, captured_;  // a pass's input hidden states and captured ones (LayerPass)
   uint64_t last_prefix_scope_ = 0;
   // Key re-rotation path: temporary pages holding re-rotated copies of parents.
   std::vector<std::unique_ptr<kv::PageList>> rerotated_;

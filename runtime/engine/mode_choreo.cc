@@ -19,7 +19,7 @@ class ChoreoMode final : public CallMode {
                                       int(request.header.size()) + budget, context_.n_ctx);
     DecodeLayout layout;
     layout.encoded =
-        &new_message(context_.store, placement, request.agent, request.visibility, request.header);
+        &new_message(context_.store, placement, request.agent, request.visibility, request.header, request.model);
     layout.views = placement.parents;
     layout.result = layout.encoded;
     for (const PlacedView& v : placement.parents) layout.n_reused += v.n_tokens;

@@ -26,10 +26,10 @@ DecodeLayout NaiveMode::lay_out_decode(const DecodeRequest& request, size_t inde
                                     int(flat.size()) - prefix.n_tokens + budget, context_.n_ctx);
   DecodeLayout layout;
   layout.encoded = &new_message(store, placement, request.agent, request.visibility,
-                                std::vector<model::Token>(flat.begin() + prefix.n_tokens, flat.end()));
+                                std::vector<model::Token>(flat.begin() + prefix.n_tokens, flat.end()), request.model);
   layout.views = placement.parents;
   layout.result =
-      &new_message(store, Placement{{}, first_pos}, request.agent, request.visibility, request.header);
+      &new_message(store, Placement{{}, first_pos}, request.agent, request.visibility, request.header, request.model);
   layout.n_reused = prefix.n_tokens;
   return layout;
 }

@@ -19,6 +19,7 @@ class PrefixMode final : public NaiveMode {
     // The call's whole flat sequence, as the chunks that encode it: the reused prefix, then its own message.
     Sequence s;
     s.scope = request.prefix_scope;
+    s.model = request.model;
     for (const PlacedView& v : layout.views) {
       const kv::Message& p = context().store.get(v.message);
       s.tokens.insert(s.tokens.end(), p.tokens.begin(), p.tokens.begin() + v.n_tokens);
@@ -40,12 +41,12 @@ class PrefixMode final : public NaiveMode {
 
  protected:
   ReusedPrefix reusable_prefix(const DecodeRequest& request, std::span<const model::Token> flat) override {
-    // The longest common token prefix with any earlier sequence of the call's scope (the first one found on
-    // ties), leaving one token to compute.
+    // The longest common token prefix with any earlier sequence of the call's scope and model (the first one
+    // found on ties), leaving one token to compute.
     const Sequence* best = nullptr;
     int best_len = 0;
     for (const Sequence& s : sequences_) {
-      if (s.scope != request.prefix_scope) continue;
+      if (s.scope != request.prefix_scope || s.model != request.model) continue;
       int l = 0;
       const int limit = std::min<int>(int(s.tokens.size()), int(flat.size()) - 1);
       while (l < limit && s.tokens[l] == flat[l]) ++l;
@@ -68,6 +69,7 @@ class PrefixMode final : public NaiveMode {
   /// A flat sequence encoded so far, as a chain of (message, tokens) chunks.
   struct Sequence {
     uint64_t scope = 0;  // DecodeRequest::prefix_scope
+    int model = 0;       // DecodeRequest::model: the model that encoded it
     std::vector<model::Token> tokens;
     std::vector<std::pair<kv::MessageId, int>> chunks;
   };

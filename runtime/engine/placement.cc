@@ -45,8 +45,9 @@ Placement place(const kv::MessageStore& store, std::span<const Parent> parents, 
 }
 
 kv::Message& new_message(kv::MessageStore& store, const Placement& placement, const std::string& agent,
-                         kv::Visibility visibility, std::vector<model::Token> tokens) {
+                         kv::Visibility visibility, std::vector<model::Token> tokens, int model) {
   kv::Message& m = store.create();
+  m.model = model;
   m.start_pos = placement.new_start;
   for (const PlacedView& v : placement.parents) {
     const int whole = int(store.get(v.message).tokens.size());

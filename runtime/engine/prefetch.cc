@@ -94,7 +94,7 @@ bool Engine::start_prefetch(kv::Message& m, size_t steps) {
   const size_t n_pages = pool.layout().pages_for(m.tokens.size());
   if (!make_room_for(n_pages, steps)) return false;
   auto loading = std::make_unique<Loading>();
-  const store::Compatibility expect{weights_fingerprint_, pool.layout()};
+  const store::Compatibility expect{models_[size_t(m.model)].fingerprint, pool.layout()};
   if (!m.host.empty()) {
     loading->tier = 1;
     loading->host = std::move(m.host);

@@ -23,6 +23,12 @@ struct CallStats {
   // KV tiers (runtime/kv/tiers.h): what it took to bring evicted parents back to T0 before the call ran.
   int n_loaded = 0;       // tokens loaded back from T1 (host memory) or T2 (disk)
   int n_recomputed = 0;   // tokens recomputed because no tier held them (not counted in n_computed)
+  // Tokens of parents encoded by another model that this call's model encoded for itself first (the
+  // `recompute` cross-model plan; not counted in n_computed, n_reused or n_recomputed).
+  int n_cross_model = 0;
+  // Of those, tokens read through a `partial` plan whose sender had no E cache: the sender's first layers
+  // ran again to recompute it.
+  int n_e_recomputed = 0;
   double load_ms = 0;     // time spent on both
   double ttft_ms = 0;  // call start to first generated token (decode), or to encoded (prefill)
   double total_ms = 0;
@@ -35,6 +41,7 @@ struct PrefillRequest {
   std::optional<int> new_offset;
   std::string agent;
   kv::Visibility visibility = kv::Visibility::Public;
+  int model = 0;  // which of the engine's models encodes it (Engine::models())
 };
 
 /// What a prefill produced: the message holding the encoding, and how it was obtained.
@@ -59,6 +66,7 @@ struct DecodeRequest {
   std::function<void(model::Token)> on_token;  // called with each generated token as it is drawn (streaming)
   std::string agent;
   kv::Visibility visibility = kv::Visibility::Public;
+  int model = 0;  // which of the engine's models runs it (Engine::models())
   // Mode::Prefix only: reuse prefixes of earlier sequences of the same scope (Engine::new_prefix_scope).
   // Workflow instances get a scope each, so an instance's result never depends on which instances ran
   // before it on the engine (a reused prefix is laid out differently from a recomputed one, and rounds

@@ -17,6 +17,8 @@ class CallSink {
   virtual std::vector<runtime::DecodeResult> decode_batch(std::vector<runtime::DecodeRequest> requests) = 0;
   /// The engine the calls end up on; read it only from the thread that owns it (see scheduler.h).
   virtual const model::Model& model() const = 0;
+  /// The engine's models (runtime/engine/model_set.h): what a call's `model:` names.
+  virtual const runtime::ModelSet& models() const = 0;
   /// Where the instance registers its steps-to-execution oracle (the engine's registry).
   virtual runtime::StepOracleRegistry& step_oracles() = 0;
 };
@@ -32,6 +34,7 @@ class DirectSink final : public CallSink {
     return engine_.decode_batch(requests);
   }
   const model::Model& model() const override { return engine_.model(); }
+  const runtime::ModelSet& models() const override { return engine_.models(); }
   runtime::StepOracleRegistry& step_oracles() override { return engine_.step_oracles(); }
 
  private:

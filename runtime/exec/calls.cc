@@ -25,7 +25,7 @@ using json = nlohmann::json;
 using model::Token;
 
 constexpr std::string_view kCommonFields[] = {"op",   "id",    "parents", "new_offset",
-                                              "role", "agent", "private"};
+                                              "role", "agent", "private", "model"};
 constexpr std::string_view kPrefillFields[] = {"text", "tokens"};
 constexpr std::string_view kDecodeFields[] = {"header", "header_tokens", "temperature",  "top_p", "top_k",
                                               "seed",   "max_tokens",    "exact_tokens", "stop",  "logprobs"};
@@ -48,8 +48,9 @@ struct Defined {
 /// Validates calls in file order against what earlier lines defined.
 class Validator {
  public:
-  Validator(const std::string& name, const model::Model& model, runtime::Mode mode, int first_pos)
-      : name_(name), model_(model), mode_(mode), first_pos_(first_pos), n_ctx_(model.config().n_ctx_train) {}
+  Validator(const std::string& name, const runtime::ModelSet& models, runtime::Mode mode, int first_pos)
+      : name_(name), models_(models), model_(*models.base().weights), mode_(mode), first_pos_(first_pos),
+        n_ctx_(models.n_ctx()) {}
 
   /// First pass: where every id appears first, so that a forward reference can say where its target is.
   void note_ids(const JsonLine& raw) {
@@ -134,6 +135,17 @@ class Validator {
     call.new_offset = f.integer("new_offset", 0, n_ctx_);
     call.agent = f.string("agent").value_or("");
     call.visibility = f.boolean("private").value_or(false) ? kv::Visibility::Private : kv::Visibility::Public;
+    if (std::optional<std::string> model = f.string("model")) {
+      std::vector<std::string> names;
+      for (size_t i = 0; i < models_.size(); ++i) names.push_back(models_[i].name);
+      const std::optional<int> index = models_.find(*model);
+      if (!index)
+        f.bad_value("model", with_suggestion(fmt::format("'{}' is not a model of this run", *model), *model, names),
+                    fmt::format("the models are: {} (add models with --lora-modules NAME=FILE or "
+                                "--model-file NAME=FILE)",
+                                fmt::join(names, ", ")));
+      call.model = *index;
+    }
     if (std::optional<std::string> role = f.string("role")) {
       if (!contains(kRoles, *role))
         f.bad_value("role", with_suggestion(fmt::format("'{}' is not a role", *role), *role, kRoles),
@@ -350,6 +362,7 @@ class Validator {
   }
 
   const std::string& name_;
+  const runtime::ModelSet& models_;
   const model::Model& model_;
   runtime::Mode mode_;
   int first_pos_;
@@ -365,7 +378,7 @@ uint64_t default_seed(std::string_view id) {
   return XXH3_64bits(id.data(), id.size());
 }
 
-CallScript parse_calls(std::istream& in, const std::string& name, const model::Model& model,
+CallScript parse_calls(std::istream& in, const std::string& name, const runtime::ModelSet& models,
                        runtime::Mode mode, int first_pos) {
   std::vector<JsonLine> raw;
   std::string text;
@@ -375,7 +388,7 @@ CallScript parse_calls(std::istream& in, const std::string& name, const model::M
     raw.push_back(parse_json_line(number, std::move(text)));
   }
   if (in.bad()) throw RuntimeFailure(fmt::format("{}: read error", name));
-  Validator validator(name, model, mode, first_pos);
+  Validator validator(name, models, mode, first_pos);
   for (const JsonLine& r : raw) validator.note_ids(r);
   CallScript script;
   script.name = name;
@@ -384,7 +397,7 @@ CallScript parse_calls(std::istream& in, const std::string& name, const model::M
 }
 
 void run_calls(std::istream& in, const std::string& name, runtime::Engine& engine, std::ostream& out) {
-  execute_calls(parse_calls(in, name, engine.model(), engine.mode(), engine.first_pos()), engine, out);
+  execute_calls(parse_calls(in, name, engine.models(), engine.mode(), engine.first_pos()), engine, out);
 }
 
 }  // namespace choreo::exec

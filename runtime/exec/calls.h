@@ -44,6 +44,7 @@ struct Call {
   // Bookkeeping for the message store.
   std::string agent;
   kv::Visibility visibility = kv::Visibility::Public;
+  int model = 0;  // the engine's model it runs on ("model": a name of the engine's model set)
 };
 
 /// One input line: a single call, or a batch (a JSON list) of independent calls of one op run together.
@@ -67,10 +68,11 @@ inline constexpr int kDefaultMaxTokens = 256;
 /// The seed of a decode without "seed": a hash of its id, so that calls differ and reruns agree.
 uint64_t default_seed(std::string_view id);
 
-/// Reads and validates every line of `in` (`name` is used in error locations). Tokenises with `model`'s
-/// vocabulary and chat template; `mode` and `first_pos` (1 after an implicit BOS, else 0) drive the static
-/// context check. Throws InputError naming name:line[:col] for the first bad line.
-CallScript parse_calls(std::istream& in, const std::string& name, const model::Model& model,
+/// Reads and validates every line of `in` (`name` is used in error locations). Tokenises with the base
+/// model's vocabulary and chat template; a call's "model" names one of `models`; `mode` and `first_pos` (1
+/// after an implicit BOS, else 0) drive the static context check. Throws InputError naming name:line[:col]
+/// for the first bad line.
+CallScript parse_calls(std::istream& in, const std::string& name, const runtime::ModelSet& models,
                        runtime::Mode mode, int first_pos);
 
 /// Runs a validated script on `engine`, writing one JSON object per call and line to `out` (flushed after

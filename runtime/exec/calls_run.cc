@@ -103,6 +103,8 @@ class Executor {
       j["n_recomputed"] = stats.n_recomputed;
       j["load_ms"] = stats.load_ms;
     }
+    if (call.model != 0) j["model"] = engine_.models()[size_t(call.model)].name;
+    if (stats.n_cross_model > 0) j["n_cross_model"] = stats.n_cross_model;
     return j;
   }
 
@@ -113,7 +115,7 @@ class Executor {
   void prefill(const CallLine& line) {
     std::vector<runtime::PrefillRequest> requests;
     for (const Call& c : line.calls)
-      requests.push_back({tokens_of(c), parents(c), c.new_offset, c.agent, c.visibility});
+      requests.push_back({tokens_of(c), parents(c), c.new_offset, c.agent, c.visibility, c.model});
     std::vector<runtime::PrefillResult> results;
     try {
       results = engine_.prefill_batch(requests);
@@ -166,6 +168,7 @@ class Executor {
       r.logprobs = c.logprobs;
       r.agent = c.agent;
       r.visibility = c.visibility;
+      r.model = c.model;
       requests.push_back(std::move(r));
     }
     std::vector<runtime::DecodeResult> results;

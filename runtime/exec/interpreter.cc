@@ -77,6 +77,8 @@ struct Branch {
   std::optional<int> new_offset;
   std::string agent;
   bool is_private = false;
+  int model = 0;           // the engine's model it runs on
+  std::string model_name;  // its name, "" for the run's model
   model::SamplingParams sampling;
   int max_tokens = kDefaultMaxTokens;
   std::vector<std::string> stop;
@@ -158,7 +160,7 @@ class Interpreter : public dsl::plan::Executor {
       // The plan of exactly this run: every batch below must be one of its steps.
       plan_ = dsl::plan::compile(workflow_, arguments);
       follower_.emplace(plan_);
-      check_supported();
+      check_models();
       steps_.emplace(plan_, *follower_);
       Registration registration(engine_.step_oracles(), *steps_);
       result_.steps.push_back(steps_->complete(std::nullopt));
@@ -216,20 +218,19 @@ class Interpreter : public dsl::plan::Executor {
     return InputError(std::move(message), std::move(hint), where, workflow_.source_line(where.line));
   }
 
-  /// Rejects what this version cannot run, before anything is computed.
-  void check_supported() const {
+  /// Every model a call of the plan names is one the engine has, before anything is computed.
+  void check_models() const {
     for (const dsl::plan::Node& n : plan_.nodes)
-      if (n.model && !is_loaded_model(n.model->value))
-        throw error_at(n.model->where,
-                       fmt::format("a per-call model (`{}`) other than the loaded model is not supported yet",
-                                   n.model->value),
-                       fmt::format("the loaded model is {}", engine_.model().file().path()));
+      if (n.model) model_index(*n.model);
   }
 
-  bool is_loaded_model(const std::string& name) const {
-    const std::filesystem::path loaded = engine_.model().file().path();
-    if (workflow_.model && workflow_.model->value == name) return true;
-    return name == loaded.string() || name == loaded.filename().string() || name == loaded.stem().string();
+  /// The engine's index of a `model:` name (`default`: the run's model, index 0).
+  int model_index(const dsl::Text& name) const {
+    if (name.value == "default") return 0;
+    if (std::optional<int> i = engine_.models().find(name.value)) return *i;
+    throw error_at(name.where, fmt::format("model `{}` is not loaded", name.value),
+                   "`choreo run` and `choreo profile` load the models a workflow declares under `models:`; "
+                   "this command runs every call on one model");
   }
 
   // ---- tokenisation ----------------------------------------------------------------------------------
@@ -434,6 +435,10 @@ class Interpreter : public dsl::plan::Executor {
     b.previous_role = previous_role(b.parents);
     b.agent = n.agent;
     b.is_private = !n.private_to.empty();
+    if (n.model && n.model->value != "default") {
+      b.model = model_index(*n.model);
+      b.model_name = n.model->value;
+    }
     if (n.kind != NodeKind::Decode) {
       b.text = n.text.value();
       b.tokens = message_tokens(b);
@@ -482,6 +487,8 @@ class Interpreter : public dsl::plan::Executor {
     r.n_reused = stats.n_reused;
     r.n_loaded = stats.n_loaded;
     r.n_recomputed = stats.n_recomputed;
+    r.n_cross_model = stats.n_cross_model;
+    r.model = b.model_name;
     r.load_ms = stats.load_ms;
     r.ttft_ms = stats.ttft_ms;
     r.total_ms = stats.total_ms;
@@ -493,7 +500,7 @@ class Interpreter : public dsl::plan::Executor {
     std::vector<runtime::PrefillRequest> requests;
     for (const Branch& b : branches)
       requests.push_back({b.tokens, b.parents, b.new_offset, b.agent,
-                          b.is_private ? kv::Visibility::Private : kv::Visibility::Public});
+                          b.is_private ? kv::Visibility::Private : kv::Visibility::Public, b.model});
     std::vector<runtime::PrefillResult> results;
     const double start_ms = steady_ms();
     try {
@@ -527,6 +534,7 @@ class Interpreter : public dsl::plan::Executor {
       d.stop = b.stop;
       d.agent = b.agent;
       d.visibility = b.is_private ? kv::Visibility::Private : kv::Visibility::Public;
+      d.model = b.model;
       if (hooks_.exact_tokens) d.exact_tokens = hooks_.exact_tokens(b.name);
       if (hooks_.record_logits) d.record_logits = hooks_.record_logits(b.name);
       if (hooks_.on_token) {

@@ -41,6 +41,7 @@ class BatchScheduler::WorkerSink final : public CallSink {
     return std::move(s.decode_results);
   }
   const model::Model& model() const override { return scheduler_.engine_.model(); }
+  const runtime::ModelSet& models() const override { return scheduler_.engine_.models(); }
   runtime::StepOracleRegistry& step_oracles() override { return scheduler_.engine_.step_oracles(); }
   /// Each instance gets its own prefix scope: in prefix mode it reuses only its own earlier sequences, so its
   /// result does not depend on which instances ran before it or beside it.

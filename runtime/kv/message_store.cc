@@ -21,13 +21,14 @@ uint64_t seed_of(const kernels::KvLayout& layout, uint64_t model_fingerprint) {
 
 }  // namespace
 
-MessageStore::MessageStore(PagePool& pool, uint64_t model_fingerprint)
-    : pool_(pool), fingerprint_(seed_of(pool.layout(), model_fingerprint)) {}
+MessageStore::MessageStore(PagePool& pool, const std::vector<uint64_t>& model_fingerprints) : pool_(pool) {
+  for (uint64_t f : model_fingerprints) seeds_.push_back(seed_of(pool.layout(), f));
+}
 
 uint64_t MessageStore::content_key(const std::vector<model::Token>& tokens, int start_pos,
-                                   const std::vector<PlacedParent>& parents) const {
+                                   const std::vector<PlacedParent>& parents, int model, uint64_t variant) const {
   XXH3_state_t* st = XXH3_createState();
-  XXH3_64bits_reset_withSeed(st, fingerprint_);
+  XXH3_64bits_reset_withSeed(st, variant == 0 ? seeds_.at(size_t(model)) : seeds_.at(size_t(model)) ^ variant);
   int64_t header[2] = {start_pos, int64_t(tokens.size())};
   XXH3_64bits_update(st, header, sizeof(header));
   XXH3_64bits_update(st, tokens.data(), tokens.size() * sizeof(model::Token));
@@ -52,7 +53,7 @@ Message& MessageStore::create() {
 
 void MessageStore::publish(Message& msg) {
   assert(msg.n_encoded == int(msg.tokens.size()));
-  msg.key = content_key(msg.tokens, msg.start_pos, msg.parents);
+  msg.key = content_key(msg.tokens, msg.start_pos, msg.parents, msg.model, msg.variant);
   by_key_.emplace(msg.key, msg.id);
   for (const PlacedParent& p : msg.parents) ++record(p.message).n_children;
 }
@@ -95,6 +96,7 @@ void MessageStore::erase(MessageId id) {
   m.released = true;
   m.pages.clear();
   m.host = {};
+  m.e_cache = {};
   --live_;
 }
 

@@ -33,6 +33,14 @@ enum class Visibility { Public, Private };
 struct Message {
   MessageId id = kNoMessage;
   uint64_t key = 0;                   // content key (0 for messages that are still growing)
+  int model = 0;                      // the engine's model that encoded it (runtime/engine/model_set.h)
+  MessageId source = kNoMessage;      // what it re-encodes for its model: another model's message, or none
+  uint64_t variant = 0;               // the cross-model plan it was made with (0: its model's own encoding)
+  // The E cache (DESIGN.md §6): each encoded token's hidden state at the input of layer e_cache_layer
+  // (model dim floats per token), saved while encoding when another model reads this one's messages through
+  // a `partial` plan; empty otherwise.
+  std::vector<float> e_cache;
+  int e_cache_layer = -1;
   std::vector<model::Token> tokens;   // everything encoded, in order (a decode: header + generated)
   int start_pos = 0;                  // logical position of tokens[0] when encoded
   std::vector<PlacedParent> parents;  // what its encoding attended to (BOS excluded)
@@ -61,14 +69,18 @@ struct Message {
   bool resident() const { return !pages.pages().empty(); }
 };
 
-/// Holds every message of one model; finds identical encodings by content key.
+/// Holds every message of an engine's models; finds identical encodings by content key.
 class MessageStore {
  public:
-  MessageStore(PagePool& pool, uint64_t model_fingerprint);
+  /// One fingerprint per model (Message::model indexes them): what its KV depends on.
+  MessageStore(PagePool& pool, const std::vector<uint64_t>& model_fingerprints);
+  MessageStore(PagePool& pool, uint64_t model_fingerprint)
+      : MessageStore(pool, std::vector<uint64_t>{model_fingerprint}) {}
 
   /// Content key of an encoding: model, tokens, start position, and each parent's key with its offset.
+  /// `variant` (nonzero) marks an encoding made another way than by the model alone (a cross-model plan).
   uint64_t content_key(const std::vector<model::Token>& tokens, int start_pos,
-                       const std::vector<PlacedParent>& parents) const;
+                       const std::vector<PlacedParent>& parents, int model = 0, uint64_t variant = 0) const;
 
   /// A new, empty message (not yet findable by key).
   Message& create();
@@ -97,13 +109,13 @@ class MessageStore {
 
   PagePool& pool() { return pool_; }
   const PagePool& pool() const { return pool_; }
-  /// The seed of content keys (the model fingerprint, mixed with the KV cache types unless f32).
-  uint64_t key_seed() const { return fingerprint_; }
+  /// The seed of a model's content keys (its fingerprint, mixed with the KV cache types unless f32).
+  uint64_t key_seed(int model = 0) const { return seeds_.at(size_t(model)); }
   uint64_t tick() { return ++clock_; }
 
  private:
   PagePool& pool_;
-  uint64_t fingerprint_;
+  std::vector<uint64_t> seeds_;  // per model
   std::vector<std::unique_ptr<Message>> messages_;
   std::unordered_map<uint64_t, MessageId> by_key_;
   size_t live_ = 0;

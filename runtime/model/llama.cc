@@ -20,6 +20,11 @@ void Batch::clear() {
   kv_slot.clear();
   groups.clear();
   logit_rows.clear();
+  first_layer = 0;
+  end_layer = -1;
+  x_in = nullptr;
+  capture_layer = -1;
+  capture = nullptr;
 }
 
 void RunState::reserve(const LlamaConfig& c, int n_rows) {
@@ -221,8 +226,17 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
     lora = lora || (batch.groups[g].lora && !batch.groups[g].lora->empty());
   }
 
-  be.embed(token_embd_, batch.tokens, s.x.data());
-  for (int l = 0; l < c.n_layers; ++l) {
+  const int first = batch.first_layer;
+  const int end = batch.end_layer < 0 ? c.n_layers : batch.end_layer;
+  if (first < 0 || first > end || end > c.n_layers)
+    throw InputError(fmt::format("layers [{}, {}) are outside the model's {} layers", first, end, c.n_layers));
+  const size_t row_floats = size_t(n) * c.dim;
+  if (batch.x_in)
+    std::memcpy(s.x.data(), batch.x_in, sizeof(float) * row_floats);
+  else
+    be.embed(token_embd_, batch.tokens, s.x.data());
+  for (int l = first; l < end; ++l) {
+    if (l == batch.capture_layer) std::memcpy(batch.capture, s.x.data(), sizeof(float) * row_floats);
     const LayerWeights& L = layers_[l];
     // Attention block.
     be.rmsnorm(s.x.data(), L.attn_norm.data(), n, c.dim, c.rms_eps, s.xb.data());
@@ -253,8 +267,9 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
     if (lora) apply_lora(batch, l, LoraTarget::Down, s.hb.data(), s.xb2.data(), s);
     be.add(s.x.data(), s.xb2.data(), size_t(n) * c.dim);
   }
+  if (batch.capture_layer == end) std::memcpy(batch.capture, s.x.data(), sizeof(float) * row_floats);
   const int n_out = int(batch.logit_rows.size());
-  if (n_out == 0) return;
+  if (n_out == 0 || end < c.n_layers) return;
   for (int i = 0; i < n_out; ++i)
     std::memcpy(&s.logits_in[size_t(i) * c.dim], &s.x[size_t(batch.logit_rows[i]) * c.dim], sizeof(float) * c.dim);
   be.rmsnorm(s.logits_in.data(), output_norm_.data(), n_out, c.dim, c.rms_eps, s.xb.data());

@@ -64,6 +64,17 @@ struct Batch {
   };
   std::vector<Group> groups;
   std::vector<int32_t> logit_rows;  // rows whose logits are wanted, in output order
+  /// The layers this pass runs: [first_layer, end_layer) (end_layer -1: to the last). Only those layers' K/V
+  /// are written. With `x_in`, rows start from it (dim floats per row: each row's hidden state at the input of
+  /// first_layer, the E cache of DESIGN.md §6) instead of the token embeddings. Logits are computed only by
+  /// a pass that runs the last layer.
+  int first_layer = 0;
+  int end_layer = -1;
+  const float* x_in = nullptr;
+  /// When >= 0, each row's hidden state at the input of this layer is copied to `capture` (dim floats per
+  /// row); a layer of n_layers captures the output of the last layer (before the final norm).
+  int capture_layer = -1;
+  float* capture = nullptr;
 
   int size() const { return int(tokens.size()); }
   void clear();

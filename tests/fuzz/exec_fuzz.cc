@@ -56,7 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (choreo::runtime::Mode mode : {choreo::runtime::Mode::Choreo, choreo::runtime::Mode::Naive}) {
     std::istringstream in(text);
     try {
-      const choreo::exec::CallScript script = choreo::exec::parse_calls(in, "fuzz.jsonl", model(), mode, 1);
+      const choreo::exec::CallScript script = choreo::exec::parse_calls(in, "fuzz.jsonl", choreo::runtime::ModelSet(model()), mode, 1);
       if (static_cast<int>(script.lines.size()) > lines) __builtin_trap();
     } catch (const choreo::InputError& e) {
       const choreo::SourceLocation& where = e.where();

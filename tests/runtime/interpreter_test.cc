@@ -266,16 +266,16 @@ output: "{{ m }}"
   CHECK(r.output == "2.5 true 3");
 }
 
-TEST_CASE("unsupported constructs and non-message parents are errors at their location") {
+TEST_CASE("undeclared models and non-message parents are errors at their location") {
   const char* other_model = R"Y(
 name: m
 messages: {a: {text: "Once"}}
 steps:
-  - decode: {as: d, header: " x", parents: [a], model: other.gguf}
+  - decode: {as: d, header: " x", parents: [a], model: other}
 )Y";
   const std::string e1 = run_error(stories(), other_model, {});
   CHECK(e1.find("test.yaml:5:") != std::string::npos);
-  CHECK(e1.find("not supported yet") != std::string::npos);
+  CHECK(e1.find("unknown model `other`") != std::string::npos);
   const char* number_parent = R"Y(
 name: p
 messages: {a: {text: "Once"}}

@@ -1,0 +1,164 @@
+// Several models in one engine (runtime/engine/model_set.h): a call on model B that names a parent encoded
+// by model A reads it as the plan for A -> B says (DESIGN.md §6):
+// - `recompute` (the default): B's own encoding of the message, with its tokens, start position and placed
+//   parents, each parent in B's encoding of it: exactly what B would have computed had it encoded the whole
+//   ancestry itself;
+// - `reuse`: A's message itself;
+// - `partial [s, e)` (DroidSpeak): A's KV, with layers s..e-1 recomputed by B from A's hidden state at the
+//   input of layer s (the E cache), attending to the parents read the same way.
+// Encodings made for B are cached under B's content key (with the plan's fingerprint for `partial`) like any
+// other message, shared with every later call, and may come from the persistent store.
+
+#include <unordered_set>
+
+#include <xxhash.h>
+
+#include "runtime/engine/engine.h"
+#include "runtime/engine/engine_work.h"
+
+namespace choreo::runtime {
+
+std::vector<Parent> Engine::parents_on(int model, std::span<const Parent> parents, CallStats& stats) {
+  std::vector<Parent> out(parents.begin(), parents.end());
+  for (Parent& p : out) {
+    // An unknown or incomplete parent is left for place() to report.
+    if (!store_.contains(p.message)) continue;
+    const kv::Message& m = store_.get(p.message);
+    if (!same_model(m.model, model) && m.complete()) p.message = encoding_on(model, p.message, stats);
+  }
+  return out;
+}
+
+kv::MessageId Engine::encoding_on(int model, kv::MessageId id, CallStats& stats) {
+  // `model`'s encoding of a message, when it exists already.
+  const auto known = [&](kv::MessageId a) -> std::optional<kv::MessageId> {
+    const int sender = store_.record(a).model;
+    if (same_model(sender, model) || models_.plan(sender, model).kind == CrossModelPlan::Kind::Reuse) return a;
+    const auto it = encodings_on_.find({a, model});
+    if (it != encodings_on_.end() && store_.contains(it->second)) return it->second;
+    return std::nullopt;
+  };
+  // Depth first over the ancestry, parents before children (records of released ancestors included: they
+  // are kept as recipes), each message once: keys are content hashes, so the ancestry is acyclic.
+  std::vector<std::pair<kv::MessageId, size_t>> stack{{id, 0}};  // (message, next parent to visit)
+  while (!stack.empty()) {
+    const kv::MessageId a = stack.back().first;
+    const size_t next = stack.back().second;
+    if (next == 0 && known(a)) {
+      stack.pop_back();
+      continue;
+    }
+    const kv::Message& src = store_.record(a);
+    if (next < src.parents.size()) {
+      ++stack.back().second;
+      const kv::MessageId parent = src.parents[next].message;
+      if (!known(parent)) stack.push_back({parent, 0});
+      continue;
+    }
+    stack.pop_back();
+    std::vector<kv::PlacedParent> parents;
+    for (const kv::PlacedParent& p : src.parents) parents.push_back({*known(p.message), p.offset, p.n_tokens});
+    const CrossModelPlan& plan = models_.plan(src.model, model);
+    uint64_t variant = 0;
+    if (plan.kind == CrossModelPlan::Kind::Partial) {
+      const uint64_t words[2] = {plan.fingerprint(), models_[size_t(src.model)].fingerprint};
+      variant = XXH3_64bits(words, sizeof words);
+    }
+    const uint64_t key = store_.content_key(src.tokens, src.start_pos, parents, model, variant);
+    kv::MessageId out = kv::kNoMessage;
+    if (kv::Message* found = store_.find(key)) {
+      out = found->id;
+    } else if (std::optional<kv::MessageId> loaded =
+                   variant == 0 && (disk_ || remote_) ? load_stored(key, 0, model) : std::nullopt) {
+      out = *loaded;
+      stats.n_loaded += int(src.tokens.size());
+      store_.record(out).source = a;
+    } else {
+      kv::Message& m = store_.create();
+      m.model = model;
+      m.source = a;
+      m.variant = variant;
+      m.tokens = src.tokens;
+      m.start_pos = src.start_pos;
+      m.parents = std::move(parents);
+      m.agent = src.agent;
+      m.visibility = src.visibility;
+      try {
+        Held held(store_);
+        std::vector<PlacedView> views;
+        for (const kv::PlacedParent& p : m.parents) {
+          hold(p.message, held, &stats);
+          const kv::Message& pm = store_.record(p.message);
+          const int n = p.n_tokens >= 0 ? p.n_tokens : int(pm.tokens.size());
+          views.push_back({p.message, p.offset, n, p.offset - pm.start_pos});
+        }
+        if (variant != 0) {
+          hold(a, held, &stats);  // its KV is copied
+          encode_partial(m, store_.record(a), plan, views, stats);
+        } else {
+          Work w{&m, std::move(views), false, {}};
+          Work* wp = &w;
+          encode(std::span<Work*>(&wp, 1));
+        }
+      } catch (...) {
+        store_.erase(m.id);
+        throw;
+      }
+      store_.publish(m);
+      if (variant == 0) {  // a plan's encoding is this engine's alone: its key is not a hash of its entry
+        share(m);
+        write_through(m);
+      }
+      stats.n_cross_model += int(m.tokens.size());
+      out = m.id;
+    }
+    encodings_on_[{a, model}] = out;
+  }
+  return *known(id);
+}
+
+void Engine::encode_partial(kv::Message& m, const kv::Message& src, const CrossModelPlan& plan,
+                            const std::vector<PlacedView>& views, CallStats& stats) {
+  const kv::PagePool& pool = store_.pool();
+  const int n_tokens = int(src.tokens.size());
+  // The sender's KV, every layer; the planned layers are overwritten below.
+  const size_t n_pages = pool.layout().pages_for(size_t(n_tokens));
+  const std::vector<std::byte> host = src.pages.to_host(n_pages);
+  std::vector<const std::byte*> pages;
+  for (size_t p = 0; p < n_pages; ++p) pages.push_back(host.data() + p * pool.page_bytes());
+  m.pages.reserve(n_tokens);
+  m.pages.upload(pages);
+  m.n_encoded = n_tokens;
+  if (plan.begin == plan.end) return;
+  const int receiver = m.model;
+  const size_t dim = size_t(models_[size_t(receiver)].weights->config().dim);
+  const float* hidden = src.e_cache_layer == plan.begin && src.e_cache.size() == size_t(n_tokens) * dim
+                            ? src.e_cache.data() : nullptr;
+  std::vector<float> recomputed;
+  if (!hidden) {
+    // No E cache (not saved, or loaded from a store without one): the sender's layers [0, begin) run again
+    // over the same parents, whose KV at those layers is the sender's, behind the sender's BOS and with its
+    // adapters; they rewrite the bits those layers already hold.
+    m.model = src.model;
+    m.n_encoded = 0;
+    Work w{&m, views, false, {}};
+    w.captured = &recomputed;
+    Work* wp = &w;
+    try {
+      encode_on(*models_[size_t(src.model)].weights, std::span<Work*>(&wp, 1), {0, plan.begin, plan.begin});
+    } catch (...) {
+      m.model = receiver;
+      throw;
+    }
+    m.model = receiver;
+    hidden = recomputed.data();
+    stats.n_e_recomputed += n_tokens;
+  }
+  m.n_encoded = 0;
+  Work w{&m, views, false, {}};
+  w.x_in = hidden;
+  Work* wp = &w;
+  encode_on(*models_[size_t(receiver)].weights, std::span<Work*>(&wp, 1), {plan.begin, plan.end, -1});
+}
+
+}  // namespace choreo::runtime

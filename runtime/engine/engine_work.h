@@ -1,0 +1,43 @@
+#pragma once
+// The engine's private parts shared by its source files (engine.cc, cross_model.cc): a message being
+// encoded, and the messages a call holds in T0.
+
+#include <vector>
+
+#include "runtime/engine/engine.h"
+
+namespace choreo::runtime {
+
+/// One message being encoded: its tokens [msg->n_encoded, tokens.size()) are pending.
+struct Engine::Work {
+  kv::Message* msg = nullptr;
+  std::vector<PlacedView> views;  // parents, BOS excluded
+  bool want_logits = false;       // logits of the last pending token
+  std::vector<float> logits;
+  // A pass over some layers only (Engine::LayerPass): each token's hidden state at the input of the first
+  // layer (dim floats per token of msg, from its first), instead of the token embeddings.
+  const float* x_in = nullptr;
+  // Where the hidden states a pass captures go (dim floats per token of msg, from its first), or null.
+  std::vector<float>* captured = nullptr;
+};
+
+/// Messages a call is using: resident in T0 and not evictable until it ends.
+class Engine::Held {
+ public:
+  explicit Held(kv::MessageStore& store) : store_(store) {}
+  ~Held() {
+    for (kv::MessageId id : ids_) --store_.record(id).in_use;
+  }
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+  void add(kv::Message& m) {
+    ++m.in_use;
+    ids_.push_back(m.id);
+  }
+
+ private:
+  kv::MessageStore& store_;
+  std::vector<kv::MessageId> ids_;
+};
+
+}  // namespace choreo::runtime

@@ -1,0 +1,97 @@
+#include "runtime/exec/workflow_models.h"
+
+#include <filesystem>
+#include <map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/error.h"
+
+namespace choreo::exec {
+
+namespace {
+
+/// A file a workflow names: as given when it exists, else relative to the workflow's directory.
+std::filesystem::path find_file(const dsl::Workflow& w, const dsl::Text& name, std::string_view what) {
+  const std::filesystem::path given = name.value;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(given, ec)) return given;
+  const std::filesystem::path beside = std::filesystem::path(w.file).parent_path() / given;
+  if (!w.file.empty() && std::filesystem::is_regular_file(beside, ec)) return beside;
+  throw InputError(fmt::format("{} '{}' is not a file", what, name.value),
+                   "paths are as given, or relative to the workflow file's directory", name.where,
+                   w.source_line(name.where.line));
+}
+
+std::string canonical_path(const std::filesystem::path& p) {
+  std::error_code ec;
+  const std::filesystem::path c = std::filesystem::weakly_canonical(p, ec);
+  return ec ? p.string() : c.string();
+}
+
+}  // namespace
+
+WorkflowModels load_workflow_models(const dsl::Workflow& w, const model::Model& base, model::LoraStack base_lora) {
+  WorkflowModels out{{}, runtime::ModelSet(base, std::move(base_lora))};
+  std::map<std::string, const model::Model*> by_path{{canonical_path(base.file().path()), &base}};
+  // Errors from the model code name the file and the tensor; the declaration's location is added here.
+  const auto at = [&](const dsl::Text& where, const InputError& e) {
+    return InputError(e.message(), e.hint(), where.where, w.source_line(where.where.line));
+  };
+  for (const dsl::ModelDecl& decl : w.models) {
+    const model::Model* weights = &base;
+    if (decl.file) {
+      const std::string path = canonical_path(find_file(w, *decl.file, "model file"));
+      auto it = by_path.find(path);
+      if (it == by_path.end()) {
+        try {
+          out.owned.push_back(model::Model::load(path, base.backend()));
+        } catch (const InputError& e) {
+          throw at(*decl.file, e);
+        }
+        it = by_path.emplace(path, out.owned.back().get()).first;
+      }
+      weights = it->second;
+    }
+    model::LoraStack lora;
+    for (const dsl::AdapterDecl& a : decl.lora) {
+      const std::string path = find_file(w, a.file, "LoRA adapter").string();
+      try {
+        lora.adapters.push_back({model::LoraAdapter::load(path, *weights), float(a.scale)});
+      } catch (const InputError& e) {
+        throw at(a.file, e);
+      }
+    }
+    try {
+      out.set.add(decl.name.value, *weights, std::move(lora));
+    } catch (const InputError& e) {
+      throw at(decl.name, e);
+    }
+  }
+  // Cross-model plans, once every model is known.
+  for (const dsl::ModelDecl& decl : w.models) {
+    const int receiver = *out.set.find(decl.name.value);
+    for (const dsl::ReuseDecl& r : decl.reuse) {
+      const std::optional<int> sender = out.set.find(r.from.value);
+      if (!sender) {
+        std::vector<std::string> names;
+        for (size_t i = 0; i < out.set.size(); ++i) names.push_back(out.set[i].name);
+        throw InputError(fmt::format("unknown model `{}`", r.from.value),
+                         fmt::format("`from` names a model: {}", fmt::join(names, ", ")), r.from.where,
+                         w.source_line(r.from.where.line));
+      }
+      runtime::CrossModelPlan plan;
+      if (r.plan.value == "reuse") plan.kind = runtime::CrossModelPlan::Kind::Reuse;
+      if (r.plan.value == "partial") plan = {runtime::CrossModelPlan::Kind::Partial, int(*r.begin), int(*r.end)};
+      try {
+        out.set.set_plan(*sender, receiver, plan);
+      } catch (const InputError& e) {
+        throw at(r.plan, e);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace choreo::exec
