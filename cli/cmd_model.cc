@@ -1,5 +1,6 @@
 // `choreo model info` and `choreo model synth`.
 
+#include <charconv>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -8,6 +9,7 @@
 #include "common/error.h"
 #include "runtime/model/gguf.h"
 #include "runtime/model/synth.h"
+#include "runtime/model/synth_lora.h"
 
 namespace choreo::cli {
 
@@ -60,6 +62,32 @@ void run_synth(const SynthOptions& o) {
   std::fprintf(stderr, "wrote %s\n", o.out.c_str());
 }
 
+struct SynthLoraOptions {
+  std::string model_path, layers, targets = "q,k,v,o,gate,up,down", out;
+  model::SynthLoraSpec spec;
+};
+
+void run_synth_lora(SynthLoraOptions o) {
+  if (!o.layers.empty()) {
+    // FIRST-LAST (inclusive) or one layer.
+    const size_t dash = o.layers.find('-');
+    const auto number = [&](std::string_view text) {
+      int v = -1;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (ec != std::errc() || end != text.data() + text.size() || v < 0)
+        throw InputError(fmt::format("--layers '{}' is not FIRST-LAST or one layer", o.layers), "e.g. --layers 10-14");
+      return v;
+    };
+    const std::string_view all = o.layers;
+    o.spec.first_layer = number(all.substr(0, dash));
+    o.spec.end_layer = (dash == std::string::npos ? o.spec.first_layer : number(all.substr(dash + 1))) + 1;
+  }
+  o.spec.targets = model::parse_lora_targets(o.targets);
+  LoadedModel lm = load_model(o.model_path, 1);
+  model::write_synthetic_lora(*lm.model, o.spec, o.out);
+  std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+}
+
 }  // namespace
 
 void register_model(CLI::App& app) {
@@ -80,6 +108,19 @@ void register_model(CLI::App& app) {
   synth_cmd->add_option("-o,--output", synth->out, "output file")->required();
   synth_cmd->add_option("--seed", synth->seed, "random seed");
   synth_cmd->callback([synth] { run_synth(*synth); });
+
+  auto lora = std::make_shared<SynthLoraOptions>();
+  CLI::App* lora_cmd = model_cmd->add_subcommand(
+      "synth-lora", "write a random-weight LoRA adapter for a model, on chosen layers (for tests; docs/lora.md)");
+  lora_cmd->add_option("-m,--model", lora->model_path, "the base model (default: the default model)");
+  lora_cmd->add_option("--layers", lora->layers, "layers adapted: FIRST-LAST (inclusive) or one layer; default all");
+  lora_cmd->add_option("--targets", lora->targets, "projections adapted: a subset of q,k,v,o,gate,up,down");
+  lora_cmd->add_option("--rank", lora->spec.rank, "rank of every pair")->check(at_least(1));
+  lora_cmd->add_option("--alpha", lora->spec.alpha, "adapter.lora.alpha (the scale is alpha / rank)");
+  lora_cmd->add_option("--strength", lora->spec.strength, "standard deviation of B's entries (A's: 1/sqrt(n_in))");
+  lora_cmd->add_option("--seed", lora->spec.seed, "random seed");
+  lora_cmd->add_option("-o,--output", lora->out, "output file")->required();
+  lora_cmd->callback([lora] { run_synth_lora(*lora); });
 }
 
 }  // namespace choreo::cli

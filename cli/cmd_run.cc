@@ -145,8 +145,9 @@ void print_summary(const std::vector<exec::InstanceOutcome>& outcomes, const mod
     double first = std::numeric_limits<double>::infinity();
     for (const exec::MessageRecord& m : o.result.messages) first = std::min(first, m.start_ms);
     for (const exec::MessageRecord& m : o.result.messages) {
-      computed += m.n_computed;
-      reused += m.n_reused;
+      // Another model's messages encoded for this one were computed for this call, not reused.
+      computed += m.n_computed + m.n_cross_model;
+      reused += std::max(m.n_reused - m.n_cross_model, 0);
       calls += m.kind == "prefill" || m.kind == "decode";
       if (m.kind == "decode" && m.n_generated > 0) {
         const double t = m.start_ms + m.ttft_ms - first;

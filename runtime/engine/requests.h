@@ -23,8 +23,9 @@ struct CallStats {
   // KV tiers (runtime/kv/tiers.h): what it took to bring evicted parents back to T0 before the call ran.
   int n_loaded = 0;       // tokens loaded back from T1 (host memory) or T2 (disk)
   int n_recomputed = 0;   // tokens recomputed because no tier held them (not counted in n_computed)
-  // Tokens of parents encoded by another model that this call's model encoded for itself first (the
-  // `recompute` cross-model plan; not counted in n_computed, n_reused or n_recomputed).
+  // Tokens of parents (and their ancestors) encoded by another model that this call's model encoded for
+  // itself first, whole (`recompute` plan) or some layers (`partial`). Not in n_computed or n_recomputed;
+  // the parents' tokens are in n_reused as every parent's are (the call itself attends to them).
   int n_cross_model = 0;
   // Of those, tokens read through a `partial` plan whose sender had no E cache: the sender's first layers
   // ran again to recompute it.

@@ -48,15 +48,16 @@ class PrefixTrie {
 
 BaselineCount prefix_baseline(const RunResult& result, int32_t bos) {
   BaselineCount out;
-  PrefixTrie trie;
+  // One cache per model: a server never reuses one model's prefix for another (MessageRecord::model).
+  std::map<std::string, PrefixTrie> tries;
   // A name may be bound again later (a `repeat` without an index): parents mean the latest one so far.
   std::unordered_map<std::string, const MessageRecord*> latest;
   // The decodes of one engine batch (same submission time) are concurrent requests: each reuses only what
   // earlier batches left in the cache, as on a server that batches them.
-  std::vector<std::vector<model::Token>> batch;
+  std::vector<std::pair<std::string, std::vector<model::Token>>> batch;  // (model, sequence)
   double batch_start = -1;
   auto flush = [&] {
-    for (const std::vector<model::Token>& sequence : batch) trie.insert(sequence);
+    for (const auto& [model, sequence] : batch) tries[model].insert(sequence);
     batch.clear();
   };
   for (const MessageRecord& m : result.messages) {
@@ -71,14 +72,14 @@ BaselineCount prefix_baseline(const RunResult& result, int32_t bos) {
       }
       const size_t own = m.tokens.size() - size_t(m.n_generated);
       sequence.insert(sequence.end(), m.tokens.begin(), m.tokens.begin() + long(own));
-      const size_t reused = trie.longest_prefix(sequence);
+      const size_t reused = tries[m.model].longest_prefix(sequence);
       ++out.calls;
       out.reused += int64_t(reused);
       out.computed += int64_t(sequence.size() - reused);
       out.computed += std::max(m.n_generated - 1, 0);  // every generated token but the last is fed back
       // The cache holds what was computed: the prompt and every generated token but the last.
       if (m.n_generated > 1) sequence.insert(sequence.end(), m.tokens.begin() + long(own), m.tokens.end() - 1);
-      batch.push_back(std::move(sequence));
+      batch.emplace_back(m.model, std::move(sequence));
     }
     latest[m.name] = &m;
   }

@@ -21,6 +21,26 @@
 
 namespace choreo::model {
 
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void random_normal_row(uint64_t row_seed, float mean, float stddev, std::span<float> out) {
+  // Four 16-bit uniforms per 64-bit draw; their centred sum has variance 4/12, hence the sqrt(3).
+  constexpr float kUnit = 1.0f / 65536.0f;
+  const float scale = stddev * std::numbers::sqrt3_v<float>;
+  uint64_t state = row_seed;
+  for (float& x : out) {
+    state += 0x9e3779b97f4a7c15ull;
+    uint64_t r = mix64(state);
+    float sum =
+        static_cast<float>((r & 0xffff) + ((r >> 16) & 0xffff) + ((r >> 32) & 0xffff) + (r >> 48)) + 2.0f;
+    x = mean + scale * (sum * kUnit - 2.0f);
+  }
+}
+
 namespace {
 
 // Published hyper-parameters (the models' config.json files).
@@ -247,30 +267,11 @@ Vocabulary build_vocabulary(const SynthShape& shape) {
 
 // ---- random weights -------------------------------------------------------------------------------------
 
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 uint64_t hash_name(std::string_view name) {
   return XXH3_64bits(name.data(), name.size());
 }
 
-/// Fills `out` with mean + std * (approximately standard normal), from a generator seeded per row.
-void random_row(uint64_t row_seed, float mean, float stddev, std::span<float> out) {
-  // Four 16-bit uniforms per 64-bit draw; their centred sum has variance 4/12, hence the sqrt(3).
-  constexpr float kUnit = 1.0f / 65536.0f;
-  const float scale = stddev * std::numbers::sqrt3_v<float>;
-  uint64_t state = row_seed;
-  for (float& x : out) {
-    state += 0x9e3779b97f4a7c15ull;
-    uint64_t r = mix64(state);
-    float sum =
-        static_cast<float>((r & 0xffff) + ((r >> 16) & 0xffff) + ((r >> 32) & 0xffff) + (r >> 48)) + 2.0f;
-    x = mean + scale * (sum * kUnit - 2.0f);
-  }
-}
 
 /// A Fill that writes `rows` rows of `row_elements` random values encoded as `type`.
 gguf::Writer::Fill random_fill(uint64_t tensor_seed, int64_t row_elements, int64_t rows, kernels::DType type,
@@ -281,7 +282,7 @@ gguf::Writer::Fill random_fill(uint64_t tensor_seed, int64_t row_elements, int64
     const auto fill_rows = [&](int64_t begin, int64_t end) {
       std::vector<float> values(static_cast<size_t>(row_elements));
       for (int64_t r = begin; r < end; ++r) {
-        random_row(mix64(tensor_seed ^ mix64(static_cast<uint64_t>(r))), mean, stddev, values);
+        random_normal_row(mix64(tensor_seed ^ mix64(static_cast<uint64_t>(r))), mean, stddev, values);
         kernels::quantize_row(type, values.data(), out.data() + static_cast<size_t>(r) * row_bytes,
                               row_elements);
       }

@@ -46,6 +46,7 @@
 //   chatml and llama3 shapes also get a minimal tokenizer.chat_template in that family's format.
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -93,6 +94,12 @@ kernels::DType synth_weight_type(std::string_view name);
 /// Number of weights the file will hold (embeddings counted once when tied; rope_freqs, which are not
 /// trained weights, not counted), i.e. the parameter count the model's authors publish.
 int64_t synth_parameter_count(const SynthShape& shape);
+
+/// SplitMix64's finaliser: a well-mixed 64-bit value from any 64-bit input.
+uint64_t mix64(uint64_t z);
+/// Fills `out` with mean + stddev * (approximately standard normal: a sum of four uniforms), from a generator
+/// seeded by `row_seed` alone.
+void random_normal_row(uint64_t row_seed, float mean, float stddev, std::span<float> out);
 
 /// Writes the model described above to `path` (crash-safe). InputError for an inconsistent shape or a type
 /// that cannot be written; RuntimeFailure for I/O failures.

@@ -51,6 +51,20 @@ TEST_CASE("prefix baseline: hand-worked") {
   CHECK(exec::prefix_baseline(r, -1).computed == (6 + 2) + (5 + 0) + (1 + 1));  // no BOS: 8 = 3 shared + 5
 }
 
+TEST_CASE("prefix baseline: a call on another model reuses nothing of the first model's cache") {
+  exec::RunResult r;
+  r.messages.push_back(record("sys", "message", {1, 2, 3}, {}));
+  r.messages.push_back(record("a", "decode", {6, 7}, {"sys"}, 1, 1));   // BOS 1 2 3 6: computed
+  r.messages.push_back(record("b", "decode", {8, 9}, {"sys"}, 1, 2));   // BOS 1 2 3 reused, 8 computed
+  r.messages.push_back(record("c", "decode", {8, 9}, {"sys"}, 1, 3));
+  r.messages.back().model = "math";  // the same prompt on another model: computed whole
+  r.messages.push_back(record("d", "decode", {10, 11}, {"sys"}, 1, 4));
+  r.messages.back().model = "math";  // then BOS 1 2 3 is cached for that model too
+  const exec::BaselineCount b = exec::prefix_baseline(r, 0);
+  CHECK(b.reused == 0 + 4 + 0 + 4);
+  CHECK(b.computed == 5 + 1 + 5 + 1);
+}
+
 TEST_CASE("prefix baseline: equals a brute-force longest common prefix over random runs") {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
