@@ -85,13 +85,7 @@ kv::MessageId Engine::encoding_on(int model, kv::MessageId id, CallStats& stats)
       m.visibility = src.visibility;
       try {
         Held held(store_);
-        std::vector<PlacedView> views;
-        for (const kv::PlacedParent& p : m.parents) {
-          hold(p.message, held, &stats);
-          const kv::Message& pm = store_.record(p.message);
-          const int n = p.n_tokens >= 0 ? p.n_tokens : int(pm.tokens.size());
-          views.push_back({p.message, p.offset, n, p.offset - pm.start_pos});
-        }
+        std::vector<PlacedView> views = hold_parents(m, held, &stats);
         if (variant != 0) {
           hold(a, held, &stats);  // its KV is copied
           encode_partial(m, store_.record(a), plan, views, stats);

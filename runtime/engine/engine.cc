@@ -591,18 +591,23 @@ void Engine::make_resident(kv::Message& m, CallStats* stats) {
   if (stats) stats->load_ms += dt;
 }
 
+std::vector<PlacedView> Engine::hold_parents(const kv::Message& m, Held& held, CallStats* stats) {
+  std::vector<PlacedView> views;
+  for (const kv::PlacedParent& p : m.parents) {
+    hold(p.message, held, stats);
+    const kv::Message& pm = store_.record(p.message);
+    const int n = p.n_tokens >= 0 ? p.n_tokens : int(pm.tokens.size());
+    views.push_back({p.message, p.offset, n, p.offset - pm.start_pos});
+  }
+  return views;
+}
+
 void Engine::recompute(kv::Message& m, CallStats* stats) {
   // The encoding is a function of the tokens, their positions and the parents' encodings at their offsets;
   // the kernels are batch invariant, so encoding it again alone gives the bits it had.
   const double start = steady_ms();
   Held parents(store_);
-  std::vector<PlacedView> views;
-  for (const kv::PlacedParent& p : m.parents) {
-    hold(p.message, parents, stats);
-    const kv::Message& pm = store_.record(p.message);
-    const int n = p.n_tokens >= 0 ? p.n_tokens : int(pm.tokens.size());
-    views.push_back({p.message, p.offset, n, p.offset - pm.start_pos});
-  }
+  std::vector<PlacedView> views = hold_parents(m, parents, stats);
   const int n_tokens = m.n_encoded;
   m.n_encoded = 0;
   Work w{&m, std::move(views), false, {}};

@@ -167,6 +167,9 @@ class Engine {
   // and marks it in use until `held` ends. Loads are counted in `stats` when given.
   void hold(kv::MessageId id, Held& held, CallStats* stats);
   void make_resident(kv::Message& m, CallStats* stats);
+  // Holds each of m's recorded parents in T0 (brought back first if evicted) until `held` ends, and returns
+  // them as views at their recorded offsets.
+  std::vector<PlacedView> hold_parents(const kv::Message& m, Held& held, CallStats* stats);
   void recompute(kv::Message& m, CallStats* stats);
   bool load_pages_stored(kv::Message& m);  // T2 or T3 -> T0; false: no usable entry
   // ---- prefetch (TierSettings::prefetch_steps) ----
