@@ -206,7 +206,7 @@ void register_profile(CLI::App& app) {
   auto o = std::make_shared<ProfileOptions>();
   CLI::App* cmd = app.add_subcommand(
       "profile", "time a workflow in a chat-API baseline mode vs choreo mode with equal generated tokens");
-  cmd->add_option("workflow", o->workflow_path, "workflow YAML file")->required();
+  cmd->add_option("workflow", o->workflow_path, "workflow YAML file");
   add_model_options(*cmd, o->model_path, o->n_threads);
   cmd->add_option("--inputs", o->inputs_path, "JSON Lines file, one instance per line (as for choreo run)");
   cmd->add_option("--limit", o->limit, "instances to run from --inputs (default 10; 0 = all)")
@@ -225,7 +225,14 @@ void register_profile(CLI::App& app) {
                 "a fresh choreo engine per instance (default: one across instances, so later instances reuse "
                 "what earlier ones encoded; the baseline is always fresh per instance)");
   add_max_steps_option(*cmd, o->max_steps);
-  cmd->callback([o] { run_profile(*o); });
+  register_profile_reuse(*cmd);
+  cmd->callback([o, cmd] {
+    if (cmd->got_subcommand("reuse")) return;
+    if (o->workflow_path.empty())
+      throw InputError("choreo profile needs a workflow file",
+                       "choreo profile WF.yaml [--inputs ROWS.jsonl], or choreo profile reuse --help");
+    run_profile(*o);
+  });
 }
 
 }  // namespace choreo::cli

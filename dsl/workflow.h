@@ -85,9 +85,12 @@ struct AdapterDecl {
   SourceLocation where;
 };
 
-/// How a declared model reads messages another model encoded (`reuse: [{from: M, plan: P, layers: [s, e]}]`;
+/// How a declared model reads messages another model encoded (`reuse: [{from: M, plan: P, layers: [s, e]}]`,
+/// or `reuse: PLAN.json`;
 /// DESIGN.md §6).
 struct ReuseDecl {
+  std::optional<Text> file;     ///< `reuse: PLAN.json`: a plan file `choreo profile reuse` wrote (it names
+                                ///< both models by fingerprint); the fields below are then unset
   Text from;                    ///< the sender: a model name (`default`: the run's model)
   Text plan;                    ///< recompute, reuse or partial
   std::optional<int64_t> begin, end;  ///< partial: `layers: [s, e]`, the layers recomputed

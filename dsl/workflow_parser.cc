@@ -267,7 +267,7 @@ class Parser : private YamlReader {
           for (const Entry& item : one_or_list(*l, "[math.gguf, {file: style.gguf, scale: 0.5}]"))
             m.lora.push_back(read_adapter(item));
         if (auto* r = spec.find("reuse"))
-          for (const Entry& item : one_or_list(*r, "[{from: default, plan: partial, layers: [10, 15]}]"))
+          for (const Entry& item : one_or_list(*r, "[{from: default, plan: partial, layers: [10, 15]}, plan.json]"))
             m.reuse.push_back(read_reuse(item));
       }
       out.push_back(std::move(m));
@@ -281,10 +281,15 @@ class Parser : private YamlReader {
     return {e};
   }
 
-  /// `{from: MODEL, plan: recompute | reuse | partial, layers: [s, e]}` (layers: partial only).
+  /// `{from: MODEL, plan: recompute | reuse | partial, layers: [s, e]}` (layers: partial only), or the path
+  /// of a plan file.
   ReuseDecl read_reuse(const Entry& e) {
     ReuseDecl r;
     r.where = node_location(e.value);
+    if (e.value.IsScalar()) {
+      r.file = read_nonempty_text(e);
+      return r;
+    }
     Entries spec = read_map(e.value, "reuse", {"from", "plan", "layers"}, "a cross-model plan", &e.key.where);
     r.from = read_name(require(spec, "from", "reuse"));
     r.plan = read_text(require(spec, "plan", "reuse"));

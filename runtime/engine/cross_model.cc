@@ -5,10 +5,12 @@
 //   ancestry itself;
 // - `reuse`: A's message itself;
 // - `partial [s, e)` (DroidSpeak): A's KV, with layers s..e-1 recomputed by B from A's hidden state at the
-//   input of layer s (the E cache), attending to the parents read the same way.
+//   input of layer s (the E cache), attending to the parents read the same way; a plan with several ranges
+//   recomputes each from the sender's hidden state at its first layer.
 // Encodings made for B are cached under B's content key (with the plan's fingerprint for `partial`) like any
 // other message, shared with every later call, and may come from the persistent store.
 
+#include <map>
 #include <unordered_set>
 
 #include <xxhash.h>
@@ -17,6 +19,22 @@
 #include "runtime/engine/engine_work.h"
 
 namespace choreo::runtime {
+
+void Engine::set_plan(int sender, int receiver, CrossModelPlan plan) {
+  models_.set_plan(sender, receiver, std::move(plan));
+  std::vector<kv::MessageId> stale;
+  for (auto it = encodings_on_.begin(); it != encodings_on_.end();) {
+    const auto [source, model] = it->first;
+    if (model == receiver && store_.record(source).model == sender) {
+      if (it->second != source) stale.push_back(it->second);
+      it = encodings_on_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (kv::MessageId id : stale)
+    if (store_.contains(id)) release(id);
+}
 
 std::vector<Parent> Engine::parents_on(int model, std::span<const Parent> parents, CallStats& stats) {
   std::vector<Parent> out(parents.begin(), parents.end());
@@ -123,36 +141,42 @@ void Engine::encode_partial(kv::Message& m, const kv::Message& src, const CrossM
   m.pages.reserve(n_tokens);
   m.pages.upload(pages);
   m.n_encoded = n_tokens;
-  if (plan.begin == plan.end) return;
   const int receiver = m.model;
   const size_t dim = size_t(models_[size_t(receiver)].weights->config().dim);
-  const float* hidden = src.e_cache_layer == plan.begin && src.e_cache.size() == size_t(n_tokens) * dim
-                            ? src.e_cache.data() : nullptr;
-  std::vector<float> recomputed;
-  if (!hidden) {
-    // No E cache (not saved, or loaded from a store without one): the sender's layers [0, begin) run again
-    // over the same parents, whose KV at those layers is the sender's, behind the sender's BOS and with its
-    // adapters; they rewrite the bits those layers already hold.
+  const auto saved = [&](int layer) -> const float* {
+    const auto it = src.e_cache.find(layer);
+    return it != src.e_cache.end() && it->second.size() == size_t(n_tokens) * dim ? it->second.data() : nullptr;
+  };
+  std::vector<int> missing;  // ascending, as the plan's ranges are
+  for (const LayerRange& r : plan.ranges)
+    if (r.begin < r.end && !saved(r.begin)) missing.push_back(r.begin);
+  std::map<int, std::vector<float>> recomputed;
+  if (!missing.empty()) {
+    // No E cache (not saved, or loaded from a store without one): the sender's layers [0, last missing) run
+    // again over the same parents, whose KV at those layers is the sender's, behind the sender's BOS and
+    // with its adapters; they rewrite the bits those layers already hold.
     m.model = src.model;
     m.n_encoded = 0;
     Work w{&m, views, false, {}};
     w.captured = &recomputed;
     Work* wp = &w;
     try {
-      encode_on(*models_[size_t(src.model)].weights, std::span<Work*>(&wp, 1), {0, plan.begin, plan.begin});
+      encode_on(*models_[size_t(src.model)].weights, std::span<Work*>(&wp, 1), {0, missing.back(), missing});
     } catch (...) {
       m.model = receiver;
       throw;
     }
     m.model = receiver;
-    hidden = recomputed.data();
     stats.n_e_recomputed += n_tokens;
   }
-  m.n_encoded = 0;
-  Work w{&m, views, false, {}};
-  w.x_in = hidden;
-  Work* wp = &w;
-  encode_on(*models_[size_t(receiver)].weights, std::span<Work*>(&wp, 1), {plan.begin, plan.end, -1});
+  for (const LayerRange& r : plan.ranges) {
+    if (r.begin == r.end) continue;
+    m.n_encoded = 0;
+    Work w{&m, views, false, {}};
+    w.x_in = saved(r.begin) ? saved(r.begin) : recomputed.at(r.begin).data();
+    Work* wp = &w;
+    encode_on(*models_[size_t(receiver)].weights, std::span<Work*>(&wp, 1), {r.begin, r.end, {}});
+  }
 }
 
 }  // namespace choreo::runtime

@@ -155,16 +155,13 @@ void Engine::encode(std::span<Work*> work) {
   // Calls on one weights file share each step's forward pass, whatever their adapters (Batch::Group::lora);
   // each other weights file has a pass of its own, and so have models whose messages save their hidden
   // states at another layer (the E cache of a `partial` cross-model plan).
-  using Key = std::pair<const model::Model*, int>;
+  using Key = std::pair<const model::Model*, std::vector<int>>;
   const auto on = [&](const Work* w) {
-    return Key{models_[size_t(w->msg->model)].weights, models_.e_cache_layer(w->msg->model)};
+    return Key{models_[size_t(w->msg->model)].weights, models_.e_cache_layers(w->msg->model)};
   };
-  const auto encode_part = [&](Key key, std::span<Work*> part) {
-    if (key.second >= 0)
-      for (Work* w : part) {
-        w->captured = &w->msg->e_cache;
-        w->msg->e_cache_layer = key.second;
-      }
+  const auto encode_part = [&](const Key& key, std::span<Work*> part) {
+    if (!key.second.empty())
+      for (Work* w : part) w->captured = &w->msg->e_cache;
     encode_on(*key.first, part, {0, -1, key.second});
   };
   const Key first = work.empty() ? Key{} : on(work.front());
@@ -234,9 +231,9 @@ void Engine::encode_on(const model::Model& weights, std::span<Work*> work, Layer
     logits_.resize(batch_.logit_rows.size() * size_t(n_vocab));
     // Rows of works given input hidden states start from them (all or none of a pass's works have them).
     if (!x_in_.empty()) batch_.x_in = x_in_.data();
-    if (pass.capture >= 0) {
-      captured_.resize(size_t(batch_.size()) * dim);
-      batch_.capture_layer = pass.capture;
+    if (!pass.capture.empty()) {
+      captured_.resize(pass.capture.size() * size_t(batch_.size()) * dim);
+      batch_.capture_layers = pass.capture;
       batch_.capture = captured_.data();
     }
     weights.forward(batch_, state_, logits_.data());
@@ -244,10 +241,13 @@ void Engine::encode_on(const model::Model& weights, std::span<Work*> work, Layer
     size_t row = 0;
     for (auto [i, k] : taken) {
       Work& w = *work[i];
-      if (w.captured) {  // rows for tokens [n_encoded, n_encoded + k), after what earlier steps captured
-        w.captured->resize(size_t(w.msg->n_encoded) * dim);
-        w.captured->insert(w.captured->end(), captured_.begin() + row * dim, captured_.begin() + (row + size_t(k)) * dim);
-      }
+      if (w.captured)  // rows for tokens [n_encoded, n_encoded + k), after what earlier steps captured
+        for (size_t c = 0; c < pass.capture.size(); ++c) {
+          std::vector<float>& rows = (*w.captured)[pass.capture[c]];
+          const auto from = captured_.begin() + std::ptrdiff_t((c * size_t(batch_.size()) + row) * dim);
+          rows.resize(size_t(w.msg->n_encoded) * dim);
+          rows.insert(rows.end(), from, from + std::ptrdiff_t(size_t(k) * dim));
+        }
       row += size_t(k);
       w.msg->n_encoded += k;
       if (w.want_logits && w.msg->n_encoded == int(w.msg->tokens.size())) {
@@ -400,8 +400,9 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
                        "a decode needs at least one header token: the first generated token follows it");
     check_model(r.model, "decode", i);
     models_[size_t(r.model)].weights->check_tokens(r.header, "decode header");
-    const int budget = r.exact_tokens.value_or(r.max_tokens);
+    const int budget = token_budget(r);
     if (budget < 0) throw InputError(fmt::format("decode #{}: max_tokens must not be negative", i));
+    models_[size_t(r.model)].weights->check_tokens(r.forced, "forced decode tokens");
     // A parent another model encoded is read through this model's encoding of it (computed first if need be).
     if (call_mode_->encodes_prefills() &&
         std::any_of(r.parents.begin(), r.parents.end(), [&](const Parent& p) {
@@ -434,7 +435,7 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
     store_.publish(*layouts[i].encoded);
     write_through(*layouts[i].encoded);
     std::span<const model::Token> visible = res.generated;
-    if (!visible.empty() && vocab.is_eog(visible.back()) && !r.exact_tokens)
+    if (!visible.empty() && vocab.is_eog(visible.back()) && !r.exact_tokens && r.forced.empty())
       visible = visible.first(visible.size() - 1);
     res.text = continuation_text(vocab, visible);
     if (const size_t cut = find_stop(res.text, r.stop); cut != std::string::npos) res.text.resize(cut);
@@ -443,6 +444,10 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
     res.stats.total_ms = t1 - t0;
   }
   return results;
+}
+
+int Engine::token_budget(const DecodeRequest& r) {
+  return r.forced.empty() ? r.exact_tokens.value_or(r.max_tokens) : int(r.forced.size());
 }
 
 void Engine::generate(std::span<const DecodeRequest> requests, std::vector<Work>& works,
@@ -469,13 +474,13 @@ void Engine::generate(std::span<const DecodeRequest> requests, std::vector<Work>
       const DecodeRequest& r = requests[i];
       DecodeResult& res = results[i];
       Work& w = works[i];
-      const int budget = r.exact_tokens.value_or(r.max_tokens);
+      const int budget = token_budget(r);
       if (int(res.generated.size()) >= budget) {
         active[i] = false;
         res.stop_reason = "length";
         continue;
       }
-      model::Token t = samplers[i].sample(w.logits);
+      const model::Token t = r.forced.empty() ? samplers[i].sample(w.logits) : r.forced[res.generated.size()];
       if (res.generated.empty()) res.stats.ttft_ms = steady_ms() - t0;
       if (r.record_logits) res.logits.push_back(w.logits);
       if (r.logprobs > 0) {
@@ -486,7 +491,7 @@ void Engine::generate(std::span<const DecodeRequest> requests, std::vector<Work>
       w.msg->tokens.push_back(t);
       if (r.on_token) r.on_token(t);
       bool finished = false;
-      if (!r.exact_tokens) {
+      if (!r.exact_tokens && r.forced.empty()) {
         if (vocab.is_eog(t)) {
           finished = true;
           res.stop_reason = "eog";

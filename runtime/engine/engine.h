@@ -90,6 +90,9 @@ class Engine {
   /// The default model's weights (models()[0]).
   const model::Model& model() const { return *models_.base().weights; }
   const ModelSet& models() const { return models_; }
+  /// Changes how `receiver` reads what `sender` encoded (ModelSet::set_plan). Encodings made for `receiver`
+  /// under the previous plan are released; later calls make them again as the new plan says.
+  void set_plan(int sender, int receiver, CrossModelPlan plan);
   /// What the KV of the default model depends on: its file, and the adapters and scales it runs with.
   uint64_t weights_fingerprint() const { return models_.base().fingerprint; }
   Mode mode() const { return mode_; }
@@ -134,6 +137,8 @@ class Engine {
   StepOracleRegistry step_oracles_;
   struct Work;
   void encode(std::span<Work*> work);
+  // How many tokens a decode generates at most: its forced tokens', else exact_tokens, else max_tokens.
+  static int token_budget(const DecodeRequest& r);
   // Samples and feeds one token per unfinished call per step until every call is finished.
   void generate(std::span<const DecodeRequest> requests, std::vector<Work>& works,
                 std::vector<DecodeResult>& results, double t0);
@@ -141,7 +146,7 @@ class Engine {
   struct LayerPass {
     int first = 0;
     int end = -1;      // -1: to the last
-    int capture = -1;  // the layer whose input each work's `captured` receives, or -1
+    std::vector<int> capture;  // the layers (ascending) whose input each work's `captured` receives
   };
   // Encodes works that all run on `weights` (one forward pass per step).
   void encode_on(const model::Model& weights, std::span<Work*> work, LayerPass pass);

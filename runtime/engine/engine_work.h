@@ -2,6 +2,7 @@
 // The engine's private parts shared by its source files (engine.cc, cross_model.cc): a message being
 // encoded, and the messages a call holds in T0.
 
+#include <map>
 #include <vector>
 
 #include "runtime/engine/engine.h"
@@ -17,8 +18,9 @@ struct Engine::Work {
   // A pass over some layers only (Engine::LayerPass): each token's hidden state at the input of the first
   // layer (dim floats per token of msg, from its first), instead of the token embeddings.
   const float* x_in = nullptr;
-  // Where the hidden states a pass captures go (dim floats per token of msg, from its first), or null.
-  std::vector<float>* captured = nullptr;
+  // Where the hidden states a pass captures go, by layer (dim floats per token of msg, from its first), or
+  // null.
+  std::map<int, std::vector<float>>* captured = nullptr;
 };
 
 /// Messages a call is using: resident in T0 and not evictable until it ends.

@@ -84,15 +84,31 @@ std::string CrossModelPlan::describe() const {
   switch (kind) {
     case Kind::Recompute: return "recompute";
     case Kind::Reuse: return "reuse";
-    case Kind::Partial: return fmt::format("partial [{}, {})", begin, end);
+    case Kind::Partial: {
+      std::string out = "partial";
+      for (const LayerRange& r : ranges) out += fmt::format(" [{}, {})", r.begin, r.end);
+      return ranges.empty() ? out + " []" : out;
+    }
   }
   return "?";
 }
 
 uint64_t CrossModelPlan::fingerprint() const {
   if (kind == Kind::Recompute) return 0;
-  const int64_t words[3] = {int64_t(kind), begin, end};
-  return XXH3_64bits(words, sizeof words);
+  std::vector<int64_t> words{int64_t(kind)};
+  for (const LayerRange& r : ranges) words.insert(words.end(), {r.begin, r.end});
+  return XXH3_64bits(words.data(), sizeof(int64_t) * words.size());
+}
+
+int CrossModelPlan::recomputed_layers(int n_layers) const {
+  switch (kind) {
+    case Kind::Recompute: return n_layers;
+    case Kind::Reuse: return 0;
+    case Kind::Partial: break;
+  }
+  int n = 0;
+  for (const LayerRange& r : ranges) n += r.end - r.begin;
+  return n;
 }
 
 void ModelSet::set_plan(int sender, int receiver, CrossModelPlan plan) {
@@ -103,19 +119,24 @@ void ModelSet::set_plan(int sender, int receiver, CrossModelPlan plan) {
   const int n_layers = models_.front().weights->config().n_layers;
   const std::string pair = fmt::format("{} reading {}", models_[size_t(receiver)].name, models_[size_t(sender)].name);
   if (plan.kind == CrossModelPlan::Kind::Partial) {
-    if (plan.begin < 0 || plan.end > n_layers || plan.begin > plan.end)
-      throw InputError(fmt::format("plan {} for {}: the layers must lie in [0, {}] with the first at most the last",
-                                   plan.describe(), pair, n_layers),
-                       fmt::format("the models have {} layers (0 to {})", n_layers, n_layers - 1));
-    const int saved = e_cache_layer(sender);
-    if (saved >= 0 && saved != plan.begin && !(plan.begin == plan.end))
-      throw InputError(fmt::format("plan {} for {}: another plan reading {} starts at layer {}", plan.describe(), pair,
-                                   models_[size_t(sender)].name, saved),
-                       "plans reading one model must recompute from the same first layer (one E cache per message)");
+    int previous_end = 0;
+    for (const LayerRange& r : plan.ranges) {
+      if (r.begin < 0 || r.end > n_layers || r.begin > r.end)
+        throw InputError(fmt::format("plan {} for {}: the layers must lie in [0, {}] with the first at most the last",
+                                     plan.describe(), pair, n_layers),
+                         fmt::format("the models have {} layers (0 to {})", n_layers, n_layers - 1));
+      if (r.begin < previous_end)
+        throw InputError(fmt::format("plan {} for {}: its layer ranges overlap or are out of order", plan.describe(),
+                                     pair),
+                         "list the recomputed ranges in ascending order, each starting at or after the last's end");
+      previous_end = r.end;
+    }
+  } else {
+    plan.ranges.clear();
   }
   if (plans_.size() <= size_t(sender)) plans_.resize(size_t(sender) + 1);
   if (plans_[size_t(sender)].size() <= size_t(receiver)) plans_[size_t(sender)].resize(size_t(receiver) + 1);
-  plans_[size_t(sender)][size_t(receiver)] = plan;
+  plans_[size_t(sender)][size_t(receiver)] = std::move(plan);
 }
 
 const CrossModelPlan& ModelSet::plan(int sender, int receiver) const {
@@ -124,11 +145,26 @@ const CrossModelPlan& ModelSet::plan(int sender, int receiver) const {
   return plans_[size_t(sender)][size_t(receiver)];
 }
 
-int ModelSet::e_cache_layer(int sender) const {
-  if (size_t(sender) >= plans_.size()) return -1;
-  for (const CrossModelPlan& p : plans_[size_t(sender)])
-    if (p.kind == CrossModelPlan::Kind::Partial && p.begin < p.end) return p.begin;
-  return -1;
+void ModelSet::save_e_caches(int sender, std::vector<int> layers) {
+  const int n_layers = models_.front().weights->config().n_layers;
+  for (int l : layers)
+    if (l < 0 || l > n_layers)
+      throw InputError(fmt::format("an E cache at layer {}: the models have layers 0 to {}", l, n_layers - 1));
+  if (saved_e_caches_.size() <= size_t(sender)) saved_e_caches_.resize(size_t(sender) + 1);
+  saved_e_caches_[size_t(sender)] = std::move(layers);
+}
+
+std::vector<int> ModelSet::e_cache_layers(int sender) const {
+  std::vector<int> out;
+  if (size_t(sender) < saved_e_caches_.size()) out = saved_e_caches_[size_t(sender)];
+  if (size_t(sender) < plans_.size())
+    for (const CrossModelPlan& p : plans_[size_t(sender)])
+      if (p.kind == CrossModelPlan::Kind::Partial)
+        for (const LayerRange& r : p.ranges)
+          if (r.begin < r.end) out.push_back(r.begin);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 int ModelSet::n_ctx() const {

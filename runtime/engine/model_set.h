@@ -16,20 +16,32 @@
 
 namespace choreo::runtime {
 
+/// Layers [begin, end) of a model.
+struct LayerRange {
+  int begin = 0, end = 0;
+  bool operator==(const LayerRange&) const = default;
+};
+
 /// What a model does with a message another model encoded (DESIGN.md §6, DroidSpeak).
 struct CrossModelPlan {
   enum class Kind {
     Recompute,  // encode it again, whole, with the reader's model (exact; the default)
     Reuse,      // attend to the sender's KV as it is
-    Partial,    // recompute layers [begin, end) from the sender's hidden state at `begin` (its E cache);
-                // the sender's KV everywhere else
+    Partial,    // recompute the layers of `ranges`, each range from the sender's hidden state at its first
+                // layer (its E cache); the sender's KV everywhere else
   };
   Kind kind = Kind::Recompute;
-  int begin = 0, end = 0;  // Partial: the layers recomputed
-  /// "recompute", "reuse" or "partial [s, e)".
+  /// Partial: the layers recomputed, ascending and disjoint. DroidSpeak prescribes one range (one
+  /// transition); several ("scattered" layers) are what its Fig. 11 compares that with.
+  std::vector<LayerRange> ranges;
+
+  static CrossModelPlan partial(int begin, int end) { return {Kind::Partial, {{begin, end}}}; }
+  /// "recompute", "reuse", "partial [s, e)" or "partial [s, e) [s2, e2)".
   std::string describe() const;
   /// What content keys of encodings made with this plan add (0 for Recompute: the reader's own encoding).
   uint64_t fingerprint() const;
+  /// The layers recomputed: every layer for Recompute, none for Reuse.
+  int recomputed_layers(int n_layers) const;
 };
 
 /// One model calls can choose: weights with the adapters they run with.
@@ -63,18 +75,21 @@ class ModelSet {
   /// The smallest training context of the models: where every model's positions end.
   int n_ctx() const;
 
-  /// How `receiver` reads what `sender` encoded (default: Recompute). A Partial plan's layers must lie in
-  /// [0, n_layers] with begin <= end; plans from one sender that save an E cache must agree on its layer
-  /// (one hidden state per message). InputError otherwise, naming both models.
+  /// How `receiver` reads what `sender` encoded (default: Recompute). A Partial plan's ranges must lie in
+  /// [0, n_layers], each with begin <= end, ascending and disjoint; InputError otherwise, naming both models.
   void set_plan(int sender, int receiver, CrossModelPlan plan);
   const CrossModelPlan& plan(int sender, int receiver) const;
-  /// The layer at whose input `sender`'s encodings save their hidden states (the E cache), or -1 when no
-  /// plan reads them.
-  int e_cache_layer(int sender) const;
+  /// Makes `sender`'s encodings save their hidden states at these layers too (E caches no plan reads yet:
+  /// the reuse profiler sets every plan it sweeps in turn over messages encoded once).
+  void save_e_caches(int sender, std::vector<int> layers);
+  /// The layers (ascending) at whose input `sender`'s encodings save their hidden states (the E cache): the
+  /// first layer of each range of the plans reading it, and those of save_e_caches. Empty when none.
+  std::vector<int> e_cache_layers(int sender) const;
 
  private:
   std::vector<EngineModel> models_;
   std::vector<std::vector<CrossModelPlan>> plans_;  // [sender][receiver], grown on use
+  std::vector<std::vector<int>> saved_e_caches_;    // [sender]: save_e_caches
 };
 
 /// The fingerprint of `weights` with `lora` (EngineModel::fingerprint).

@@ -64,6 +64,9 @@ struct DecodeRequest {
   int logprobs = 0;                 // top-k log-probabilities per generated token
   bool record_logits = false;       // keep every step's full logits (tests)
   std::optional<int> exact_tokens;  // generate exactly this many tokens, ignoring EOG/stop (profiling)
+  // Teacher forcing: the tokens "generated" are these, in order, whatever the logits say (EOG and stop
+  // strings ignored, as with exact_tokens; logits, logprobs and the message are as for sampled tokens).
+  std::vector<model::Token> forced;
   std::function<void(model::Token)> on_token;  // called with each generated token as it is drawn (streaming)
   std::string agent;
   kv::Visibility visibility = kv::Visibility::Public;

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "common/error.h"
+#include "runtime/exec/reuse_plan_file.h"
 
 namespace choreo::exec {
 
@@ -73,6 +74,35 @@ WorkflowModels load_workflow_models(const dsl::Workflow& w, const model::Model& 
   for (const dsl::ModelDecl& decl : w.models) {
     const int receiver = *out.set.find(decl.name.value);
     for (const dsl::ReuseDecl& r : decl.reuse) {
+      if (r.file) {
+        const std::string path = find_file(w, *r.file, "plan file").string();
+        ReusePlanFile file;
+        try {
+          file = read_reuse_plan(path);
+        } catch (const InputError& e) {
+          throw at(*r.file, e);
+        }
+        const runtime::EngineModel& reader = out.set[size_t(receiver)];
+        if (file.receiver != reader.fingerprint)
+          throw InputError(fmt::format("plan file {} was profiled for the receiver {}, not for model `{}`", path,
+                                       file.receiver_spec, decl.name.value),
+                           "profile this model: choreo profile reuse --receiver ...", r.file->where,
+                           w.source_line(r.file->where.line));
+        std::optional<int> sender;
+        for (size_t i = 0; i < out.set.size(); ++i)
+          if (out.set[i].fingerprint == file.sender && int(i) != receiver) sender = int(i);
+        if (!sender)
+          throw InputError(fmt::format("plan file {} reads the sender {}, which no model of this run is", path,
+                                       file.sender_spec),
+                           "declare that model (same file, adapters and scales) or profile another pair",
+                           r.file->where, w.source_line(r.file->where.line));
+        try {
+          out.set.set_plan(*sender, receiver, file.plan);
+        } catch (const InputError& e) {
+          throw at(*r.file, e);
+        }
+        continue;
+      }
       const std::optional<int> sender = out.set.find(r.from.value);
       if (!sender) {
         std::vector<std::string> names;
@@ -83,7 +113,7 @@ WorkflowModels load_workflow_models(const dsl::Workflow& w, const model::Model& 
       }
       runtime::CrossModelPlan plan;
       if (r.plan.value == "reuse") plan.kind = runtime::CrossModelPlan::Kind::Reuse;
-      if (r.plan.value == "partial") plan = {runtime::CrossModelPlan::Kind::Partial, int(*r.begin), int(*r.end)};
+      if (r.plan.value == "partial") plan = runtime::CrossModelPlan::partial(int(*r.begin), int(*r.end));
       try {
         out.set.set_plan(*sender, receiver, plan);
       } catch (const InputError& e) {

@@ -4,6 +4,7 @@
 // entry through a content key.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,11 +37,10 @@ struct Message {
   int model = 0;                      // the engine's model that encoded it (runtime/engine/model_set.h)
   MessageId source = kNoMessage;      // what it re-encodes for its model: another model's message, or none
   uint64_t variant = 0;               // the cross-model plan it was made with (0: its model's own encoding)
-  // The E cache (DESIGN.md §6): each encoded token's hidden state at the input of layer e_cache_layer
-  // (model dim floats per token), saved while encoding when another model reads this one's messages through
-  // a `partial` plan; empty otherwise.
-  std::vector<float> e_cache;
-  int e_cache_layer = -1;
+  // The E cache (DESIGN.md §6): by layer, each encoded token's hidden state at the input of that layer
+  // (model dim floats per token), saved while encoding at the layers where `partial` plans of other models
+  // reading this one's messages start; empty otherwise.
+  std::map<int, std::vector<float>> e_cache;
   std::vector<model::Token> tokens;   // everything encoded, in order (a decode: header + generated)
   int start_pos = 0;                  // logical position of tokens[0] when encoded
   std::vector<PlacedParent> parents;  // what its encoding attended to (BOS excluded)

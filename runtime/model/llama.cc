@@ -23,7 +23,7 @@ void Batch::clear() {
   first_layer = 0;
   end_layer = -1;
   x_in = nullptr;
-  capture_layer = -1;
+  capture_layers.clear();
   capture = nullptr;
 }
 
@@ -235,8 +235,12 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
     std::memcpy(s.x.data(), batch.x_in, sizeof(float) * row_floats);
   else
     be.embed(token_embd_, batch.tokens, s.x.data());
+  const auto capture = [&](int l) {
+    for (size_t i = 0; i < batch.capture_layers.size(); ++i)
+      if (batch.capture_layers[i] == l) std::memcpy(batch.capture + i * row_floats, s.x.data(), sizeof(float) * row_floats);
+  };
   for (int l = first; l < end; ++l) {
-    if (l == batch.capture_layer) std::memcpy(batch.capture, s.x.data(), sizeof(float) * row_floats);
+    capture(l);
     const LayerWeights& L = layers_[l];
     // Attention block.
     be.rmsnorm(s.x.data(), L.attn_norm.data(), n, c.dim, c.rms_eps, s.xb.data());
@@ -267,7 +271,7 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
     if (lora) apply_lora(batch, l, LoraTarget::Down, s.hb.data(), s.xb2.data(), s);
     be.add(s.x.data(), s.xb2.data(), size_t(n) * c.dim);
   }
-  if (batch.capture_layer == end) std::memcpy(batch.capture, s.x.data(), sizeof(float) * row_floats);
+  capture(end);
   const int n_out = int(batch.logit_rows.size());
   if (n_out == 0 || end < c.n_layers) return;
   for (int i = 0; i < n_out; ++i)

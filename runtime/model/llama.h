@@ -71,9 +71,10 @@ struct Batch {
   int first_layer = 0;
   int end_layer = -1;
   const float* x_in = nullptr;
-  /// When >= 0, each row's hidden state at the input of this layer is copied to `capture` (dim floats per
-  /// row); a layer of n_layers captures the output of the last layer (before the final norm).
-  int capture_layer = -1;
+  /// Each row's hidden state at the input of each of these layers (ascending) is copied to `capture`: layer
+  /// capture_layers[i] to capture + i * size() * dim (dim floats per row). A layer of n_layers captures the
+  /// output of the last layer (before the final norm).
+  std::vector<int> capture_layers;
   float* capture = nullptr;
 
   int size() const { return int(tokens.size()); }

@@ -337,11 +337,11 @@ TEST_CASE("models: over a chain at new offsets, partial [0, L) equals recompute 
   const ChainRead reuse = read_chain(f, f.math, {Kind::Reuse});
   CHECK(!same_result(recompute.result, reuse.result));
   CHECK(reuse.n_cross_model == 0);
-  CHECK(same_result(read_chain(f, f.math, {Kind::Partial, 0, n_layers}).result, recompute.result));
+  CHECK(same_result(read_chain(f, f.math, CrossModelPlan::partial(0, n_layers)).result, recompute.result));
   for (int e : {0, 7, n_layers})
-    CHECK(same_result(read_chain(f, f.math, {Kind::Partial, e, e}).result, reuse.result));
+    CHECK(same_result(read_chain(f, f.math, CrossModelPlan::partial(e, e)).result, reuse.result));
   // A plan in between does something of its own, from the E cache saved while the chain was encoded.
-  const ChainRead middle = read_chain(f, f.math, {Kind::Partial, 10, 15});
+  const ChainRead middle = read_chain(f, f.math, CrossModelPlan::partial(10, 15));
   CHECK(!same_result(middle.result, recompute.result));
   CHECK(!same_result(middle.result, reuse.result));
   CHECK(middle.n_e_recomputed == 0);
@@ -353,12 +353,14 @@ TEST_CASE("models: a partial plan gives the same bits from a saved E cache and f
   testing::ScratchDir dir;
   store::DiskStore disk((dir.path / "store").string(), true);
   read_chain(f, f.math, {}, &disk, /*write=*/true);  // the chain in the store, without E caches
-  const CrossModelPlan plan{Kind::Partial, 6, 21};
-  const ChainRead saved = read_chain(f, f.math, plan);
-  const ChainRead loaded = read_chain(f, f.math, plan, &disk);
-  CHECK(saved.n_e_recomputed == 0);
-  CHECK(loaded.n_e_recomputed > 0);
-  CHECK(same_result(saved.result, loaded.result));
+  for (const CrossModelPlan& plan : {CrossModelPlan::partial(6, 21), CrossModelPlan{Kind::Partial, {{3, 5}, {9, 10}, {17, 22}}}}) {
+    CAPTURE(plan.describe());
+    const ChainRead saved = read_chain(f, f.math, plan);
+    const ChainRead loaded = read_chain(f, f.math, plan, &disk);
+    CHECK(saved.n_e_recomputed == 0);
+    CHECK(loaded.n_e_recomputed > 0);
+    CHECK(same_result(saved.result, loaded.result));
+  }
 }
 
 TEST_CASE("models: with a sibling identical to its sender (an adapter at scale 0), every plan equals recompute") {
@@ -367,8 +369,9 @@ TEST_CASE("models: with a sibling identical to its sender (an adapter at scale 0
   const int n_layers = f.base.config().n_layers;
   const ChainRead recompute = read_chain(f, zero, {});
   CHECK(recompute.n_cross_model > 0);  // another fingerprint: its own encodings are made
-  for (const CrossModelPlan& plan : {CrossModelPlan{Kind::Reuse}, CrossModelPlan{Kind::Partial, 10, 15},
-                                     CrossModelPlan{Kind::Partial, 0, n_layers}, CrossModelPlan{Kind::Partial, 29, 30}}) {
+  for (const CrossModelPlan& plan : {CrossModelPlan{Kind::Reuse}, CrossModelPlan::partial(10, 15),
+                                     CrossModelPlan::partial(0, n_layers), CrossModelPlan::partial(29, 30),
+                                     CrossModelPlan{Kind::Partial, {{2, 6}, {6, 7}, {12, 20}}}}) {
     CAPTURE(plan.describe());
     CHECK(same_result(read_chain(f, zero, plan).result, recompute.result));
   }
@@ -377,8 +380,8 @@ TEST_CASE("models: with a sibling identical to its sender (an adapter at scale 0
 TEST_CASE("models: a plan naming layers out of range is a clear error") {
   Family f;
   ModelSet set = f.all();
-  for (const CrossModelPlan& bad : {CrossModelPlan{Kind::Partial, 3, 31}, CrossModelPlan{Kind::Partial, 5, 2},
-                                    CrossModelPlan{Kind::Partial, -1, 4}}) {
+  for (const CrossModelPlan& bad : {CrossModelPlan::partial(3, 31), CrossModelPlan::partial(5, 2),
+                                    CrossModelPlan::partial(-1, 4)}) {
     try {
       set.set_plan(0, 1, bad);
       FAIL("accepted ", bad.describe());
@@ -390,10 +393,22 @@ TEST_CASE("models: a plan naming layers out of range is a clear error") {
     }
   }
   CHECK_THROWS_AS(set.set_plan(0, 7, {Kind::Reuse}), InputError);
-  set.set_plan(0, 1, {Kind::Partial, 4, 9});
-  CHECK_THROWS_AS(set.set_plan(0, 2, {Kind::Partial, 5, 9}), InputError);  // one E cache layer per sender
-  set.set_plan(0, 2, {Kind::Partial, 4, 12});
-  CHECK(set.e_cache_layer(0) == 4);
+  for (const CrossModelPlan& bad : {CrossModelPlan{Kind::Partial, {{4, 9}, {8, 12}}},
+                                    CrossModelPlan{Kind::Partial, {{10, 12}, {2, 4}}}}) {
+    try {
+      set.set_plan(0, 1, bad);
+      FAIL("accepted ", bad.describe());
+    } catch (const InputError& e) {
+      CHECK(std::string(e.what()).find("overlap or are out of order") != std::string::npos);
+    }
+  }
+  // Each range of every plan reading a model starts from an E cache of its own.
+  set.set_plan(0, 1, CrossModelPlan::partial(4, 9));
+  set.set_plan(0, 2, {Kind::Partial, {{5, 9}, {20, 21}}});
+  set.save_e_caches(0, {4, 11});
+  CHECK(set.e_cache_layers(0) == std::vector<int>{4, 5, 11, 20});
+  CHECK(set.e_cache_layers(1).empty());
+  CHECK_THROWS_AS(set.save_e_caches(0, {31}), InputError);
 }
 
 }  // namespace
