@@ -281,8 +281,9 @@ void run_reuse(const ReuseOptions& o) {
 
   // Files: every plan's scores, the heatmap, the frontier, the plan file.
   const std::filesystem::path dir = o.out_dir;
-  const std::string title = fmt::format("{} reading {}: {} loss, {} training items", o.receiver, o.sender,
-                                        eval::quality_name(quality), n_train);
+  const auto short_name = [](const std::string& spec) { return std::filesystem::path(spec).filename().string(); };
+  const std::string title = fmt::format("{} reading {}: {} loss, {} training items", short_name(o.receiver),
+                                        short_name(o.sender), eval::quality_name(quality), n_train);
   write_file_atomically((dir / "plans.json").string(), eval::plans_json(scores, losses, n_layers).dump(2) + "\n");
   write_file_atomically((dir / "heatmap.svg").string(),
                         eval::heatmap_svg(scores, losses, n_layers, quality, chosen, title));

@@ -66,6 +66,7 @@ declare -A args=(
 )
 declare -A needs_files=(
   [musique]='a PML schema and prompts written by scripts/musique_to_pml.py'
+  [solvecheck]='models: and plan files, which the base binary predates (tests/runtime/models_test.cc and plan_agreement_test.cc run it)'
 )
 # Instances in one run (--inputs): their calls share engine batches, and prefix mode gives each a scope.
 rows_case=madpar

@@ -50,6 +50,11 @@ std::vector<Parent> Engine::parents_on(int model, std::span<const Parent> parent
 kv::MessageId Engine::encoding_on(int model, kv::MessageId id, CallStats& stats) {
   // `model`'s encoding of a message, when it exists already.
   const auto known = [&](kv::MessageId a) -> std::optional<kv::MessageId> {
+    // Another model's encoding of a message `model` encoded itself (a call of that model read it earlier):
+    // the original, which is what any plan approximates.
+    if (const kv::MessageId source = store_.record(a).source; source != kv::kNoMessage && store_.contains(source) &&
+        same_model(store_.record(source).model, model) && store_.get(source).complete())
+      return source;
     const int sender = store_.record(a).model;
     if (same_model(sender, model) || models_.plan(sender, model).kind == CrossModelPlan::Kind::Reuse) return a;
     const auto it = encodings_on_.find({a, model});

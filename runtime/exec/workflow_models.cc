@@ -88,19 +88,23 @@ WorkflowModels load_workflow_models(const dsl::Workflow& w, const model::Model& 
                                        file.receiver_spec, decl.name.value),
                            "profile this model: choreo profile reuse --receiver ...", r.file->where,
                            w.source_line(r.file->where.line));
-        std::optional<int> sender;
-        for (size_t i = 0; i < out.set.size(); ++i)
-          if (out.set[i].fingerprint == file.sender && int(i) != receiver) sender = int(i);
-        if (!sender)
+        // Every model with the sender's fingerprint is the sender (the run's model and a declared model with
+        // the same file and adapters encode the same KV).
+        bool found = false;
+        for (size_t i = 0; i < out.set.size(); ++i) {
+          if (out.set[i].fingerprint != file.sender || int(i) == receiver) continue;
+          found = true;
+          try {
+            out.set.set_plan(int(i), receiver, file.plan);
+          } catch (const InputError& e) {
+            throw at(*r.file, e);
+          }
+        }
+        if (!found)
           throw InputError(fmt::format("plan file {} reads the sender {}, which no model of this run is", path,
                                        file.sender_spec),
                            "declare that model (same file, adapters and scales) or profile another pair",
                            r.file->where, w.source_line(r.file->where.line));
-        try {
-          out.set.set_plan(*sender, receiver, file.plan);
-        } catch (const InputError& e) {
-          throw at(*r.file, e);
-        }
         continue;
       }
       const std::optional<int> sender = out.set.find(r.from.value);

@@ -19,6 +19,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/exec/instances.h"
 #include "runtime/exec/plan_follower.h"
+#include "runtime/exec/workflow_models.h"
 #include "runtime/kv/page_pool.h"
 #include "tests/runtime/workflow_cases.h"
 #include "tests/test_models.h"
@@ -128,13 +129,14 @@ TEST_CASE("run and plan agree: every shipped and corpus workflow, three modes, o
     const dsl::Workflow workflow = dsl::parse_workflow(read_text(c.file), c.file.string());
     const dsl::plan::Plan plan = dsl::plan::compile(workflow, c.arguments);
     const model::Model& m = c.chat ? *testing::smollm2().model : *testing::stories260k().model;
+    const exec::WorkflowModels models = exec::load_workflow_models(workflow, m, {});  // its `models:` beside m
     for (Mode mode : {Mode::Choreo, Mode::Prefix, Mode::Naive}) {
       for (int concurrency : {1, 4}) {
         CAPTURE(c.file);
         CAPTURE(int(mode));
         CAPTURE(concurrency);
         kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(512) << 20);
-        runtime::Engine engine(m, pool, mode);
+        runtime::Engine engine(models.set, pool, mode);
         exec::InstancesOptions options;
         options.concurrency = concurrency;
         options.hooks = [](size_t) {

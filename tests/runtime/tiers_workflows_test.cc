@@ -14,6 +14,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/exec/instances.h"
 #include "runtime/exec/interpreter.h"
+#include "runtime/exec/workflow_models.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/store/disk_store.h"
 #include "tests/runtime/bits.h"
@@ -40,7 +41,8 @@ Observed run(const dsl::Workflow& workflow, const model::Model& m, const exec::R
   kv::PagePool pool(m.backend(), m.kv_layout(16, k_type, v_type), t0_bytes);
   testing::ScratchDir dir;
   store::DiskStore disk(dir.str());
-  runtime::Engine engine(m, pool, runtime::Mode::Choreo);
+  const exec::WorkflowModels models = exec::load_workflow_models(workflow, m, {});  // its `models:` beside m
+  runtime::Engine engine(models.set, pool, runtime::Mode::Choreo);
   if (tiers.disk_bytes > 0) engine.set_disk_store(&disk);
   engine.set_tiers(tiers);
   exec::InstancesOptions options;

@@ -35,6 +35,7 @@ inline std::vector<WorkflowCase> workflow_cases() {
       {w / "bsm.yaml", {{{"task", "Write about the sea and the mountains."}}, {}}},
       {w / "prisoners.yaml", {}},
       {w / "travel.yaml", {{{"days", "3"}}, {}}, true},
+      {w / "solvecheck.yaml", {{{"problem", "What is 7 * 8 - 6?"}}, {{"rounds", "2"}}}, true},
   };
   for (const auto& entry : std::filesystem::directory_iterator(workflow_source_dir() / "tests" / "workflows"))
     if (entry.path().extension() == ".yaml") out.push_back({entry.path(), {}});
