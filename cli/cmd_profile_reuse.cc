@@ -203,6 +203,9 @@ void print_header() {
 void run_reuse(const ReuseOptions& o) {
   const eval::Quality quality = eval::parse_quality(o.quality);
   if (o.receiver.empty()) throw InputError("--receiver is required", "name the model that reads: default or a GGUF");
+  if (!(o.max_loss >= 0))
+    throw InputError(fmt::format("--max-loss {}: a loss budget is a number >= 0", o.max_loss),
+                     "0 keeps only plans as good as recompute; --quality says what the loss is");
   if (o.split < 1 || o.split > 99)
     throw InputError(fmt::format("--split {}: the training share must be 1 to 99 percent", o.split));
   const eval::Dataset data = eval::load_dataset(o.data_path);

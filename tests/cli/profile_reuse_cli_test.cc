@@ -161,6 +161,9 @@ TEST_CASE("choreo profile reuse: bad flags exit 2 before anything runs") {
   CHECK(missing.exit_code == 2);
   const testing::ProcessResult quality = run({"--receiver", model, "--quality", "bleu"});
   CHECK(quality.exit_code == 2);
+  const testing::ProcessResult budget = run({"--receiver", model, "--max-loss", "-1"});
+  CHECK(budget.exit_code == 2);
+  CHECK(budget.err.find("--max-loss") != std::string::npos);
   CHECK(!fs::exists(scratch.path / "out" / "runs.jsonl"));
   const testing::ProcessResult no_workflow = testing::run_process(binary, {"profile"}, scratch.path);
   CHECK(no_workflow.exit_code == 2);
