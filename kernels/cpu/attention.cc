@@ -91,8 +91,9 @@ constexpr int kLanes = 16;  // one AVX-512 register of floats; the fast paths wo
 CHOREO_MULTIVERSION
 void exp_inplace(float* __restrict x, int n) {
   for (int i = 0; i < n; ++i) {
-    float v = x[i] < -87.0f ? -87.0f : x[i];
+    float v = x[i] < -87.0f ? -87.0f : (x[i] > 0.0f ? 0.0f : x[i]);
     float k = __builtin_floorf(v * 1.44269504088896341f + 0.5f);
+    k = k == k ? k : 0.0f;  // a NaN score (garbage weights) stays NaN through r and y, never converted to int
     float r = v - k * 0.693359375f;
     r = r - k * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
