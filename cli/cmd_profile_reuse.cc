@@ -2,13 +2,10 @@
 // training split, scores each against recompute, writes the heatmap, the Pareto frontier and a plan file, and
 // checks the chosen plan on the held-out split (docs/profile.md, "Reuse plans").
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -17,8 +14,10 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "runtime/eval/dataset.h"
+#include "runtime/eval/results.h"
 #include "runtime/eval/reuse_report.h"
 #include "runtime/eval/reuse_profile.h"
+#include "runtime/exec/reuse_plan_file.h"
 #include "runtime/model/gguf.h"
 #include "runtime/model/lora.h"
 
@@ -79,39 +78,26 @@ nlohmann::ordered_json run_json(const std::string& split, const std::string& ite
           {"e_recomputed", r.n_e_recomputed}};
 }
 
-/// runs.jsonl: a config line, then one line per (split, item, plan) measured; --resume reads it back.
+/// runs.jsonl: a config line, then one line per (split, item, plan) measured; --resume reads it back (a line
+/// cut short by an interrupted run is dropped, and measured again).
 class RunLog {
  public:
-  RunLog(const std::string& path, const nlohmann::ordered_json& config, bool resume) : path_(path) {
-    std::error_code ec;
-    const bool exists = std::filesystem::exists(path, ec);
-    if (exists && !resume)
-      throw InputError(fmt::format("{} exists: an earlier profile's measurements", path),
-                       "add --resume to continue it, or give another -o directory");
-    if (exists) {
-      std::ifstream in(path);
-      std::string line;
-      bool first = true;
-      while (std::getline(in, line)) {
-        nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_discarded()) continue;  // a line cut short by an interrupted run
-        if (first) {
-          first = false;
-          if (!j.contains("config") || j["config"] != nlohmann::json(config))
-            throw InputError(fmt::format("{} was measured with other settings", path),
-                             "resume with the same models, data and flags, or give another -o directory");
-          continue;
-        }
-        eval::PlanRun r{j.value("text", ""), j.value("token_f1", 0.0), j.value("kl", 0.0), j.value("metric", 0.0),
-                        j.value("ttft_ms", 0.0), j.value("e_recomputed", 0)};
-        done_[key(j.value("split", ""), j.value("item", ""), j.value("plan", ""))] = r;
-      }
+  RunLog(const std::string& path, const nlohmann::ordered_json& config, bool resume)
+      : existing_(read_existing(path, resume)), out_(path, "-o") {
+    if (existing_.values.empty()) {
+      out_.append(run_line({{"config", config}}));
+      return;
     }
-    fd_ = open_for_append(path, "-o");
-    if (!exists) append({{"config", config}});
-  }
-  ~RunLog() {
-    if (fd_ >= 0) ::close(fd_);
+    if (!existing_.values[0].contains("config") || existing_.values[0]["config"] != nlohmann::json(config))
+      throw InputError(fmt::format("{} was measured with other settings", path),
+                       "resume with the same models, data and flags, or give another -o directory");
+    for (size_t i = 1; i < existing_.values.size(); ++i) {
+      const nlohmann::json& j = existing_.values[i];
+      done_[key(j.value("split", ""), j.value("item", ""), j.value("plan", ""))] =
+          eval::PlanRun{j.value("text", ""),     j.value("token_f1", 0.0), j.value("kl", 0.0),
+                        j.value("metric", 0.0), j.value("ttft_ms", 0.0),  j.value("e_recomputed", 0)};
+    }
+    existing_ = {};  // read into done_
   }
   const eval::PlanRun* find(const std::string& split, const std::string& item, const std::string& plan) const {
     const auto it = done_.find(key(split, item, plan));
@@ -119,19 +105,26 @@ class RunLog {
   }
   void add(const std::string& split, const std::string& item, const std::string& plan, const eval::PlanRun& r) {
     done_[key(split, item, plan)] = r;
-    append(run_json(split, item, plan, r));
+    out_.append(run_line(run_json(split, item, plan, r)));
   }
   size_t n_resumed() const { return done_.size(); }
 
  private:
+  static eval::JsonLinesFile read_existing(const std::string& path, bool resume) {
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec) && !resume)
+      throw InputError(fmt::format("{} exists: an earlier profile's measurements", path),
+                       "add --resume to continue it, or give another -o directory");
+    return eval::read_json_lines(path, "reuse profile log");
+  }
   static std::string key(const std::string& a, const std::string& b, const std::string& c) {
     return a + '\x1f' + b + '\x1f' + c;
   }
-  void append(const nlohmann::ordered_json& j) {
-    write_all_or_throw(fd_, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", path_);
+  static std::string run_line(const nlohmann::ordered_json& j) {
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
-  std::string path_;
-  int fd_ = -1;
+  eval::JsonLinesFile existing_;
+  eval::LineAppender out_;
   std::map<std::string, eval::PlanRun> done_;
 };
 
@@ -236,9 +229,12 @@ void run_reuse(const ReuseOptions& o) {
             return p.ranges.size() == 1 && p.ranges[0].begin == l && p.ranges[0].end == l + 1;
           }))
         plans.push_back(runtime::CrossModelPlan::partial(l, l + 1));
+  // Every plan of the sweep reads the passages encoded once: the sender saves its hidden state at the first
+  // layer of each plan's ranges (with --critical, every layer: the critical-layer plan's ranges start there).
   std::vector<int> e_layers;
-  for (int l = 0; l < n_layers; ++l) e_layers.push_back(l);
-  set.save_e_caches(sender, e_layers);  // every plan of the sweep reads the passages encoded once
+  for (const runtime::CrossModelPlan& p : plans)
+    for (const runtime::LayerRange& r : p.ranges) e_layers.push_back(r.begin);
+  set.save_e_caches(sender, e_layers);
 
   std::filesystem::create_directories(o.out_dir);
   const nlohmann::ordered_json config = {
@@ -299,23 +295,12 @@ void run_reuse(const ReuseOptions& o) {
     front_losses.push_back(losses[i]);
   }
   write_file_atomically((dir / "frontier.json").string(), eval::plans_json(front, front_losses, n_layers).dump(2) + "\n");
-  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
-  for (const runtime::LayerRange& r : chosen_plan.ranges) layers.push_back({r.begin, r.end});
-  const char* kind = chosen_plan.kind == runtime::CrossModelPlan::Kind::Partial ? "partial"
-                     : chosen_plan.kind == runtime::CrossModelPlan::Kind::Reuse ? "reuse"
-                                                                                 : "recompute";
-  nlohmann::ordered_json plan_file = {
-      {"choreo_reuse_plan", 1},
-      {"sender", config["sender"]},
-      {"receiver", config["receiver"]},
-      {"n_layers", n_layers},
-      {"plan", kind},
-      {"layers", layers},
-      {"describe", chosen_plan.describe()},
+  nlohmann::ordered_json plan_file = exec::reuse_plan_json(config["sender"], config["receiver"], n_layers, chosen_plan);
+  plan_file.update(nlohmann::ordered_json{
       {"quality", eval::quality_name(quality)},
       {"max_loss", o.max_loss},
       {"train", summary_json(scores[chosen.value_or(0)], scores[0], quality)},
-      {"held_out", summary_json(held_chosen, held[0], quality)}};
+      {"held_out", summary_json(held_chosen, held[0], quality)}});
   if (scattered) {
     plan_file["critical_layers"] = {{"plan", scattered->describe()},
                                     {"train", summary_json(scattered_train[1], scattered_train[0], quality)},

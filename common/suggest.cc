@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <vector>
 
+#include "common/error.h"
+
 namespace choreo {
 
 namespace {
@@ -73,6 +75,14 @@ std::string with_suggestion(std::string base, std::string_view name, std::span<c
 
 std::string with_suggestion(std::string base, std::string_view name, std::span<const std::string> candidates) {
   return with_suggestion(std::move(base), name, views_of(candidates));
+}
+
+size_t index_of_name(std::string_view name, std::span<const std::string_view> names, std::string_view what,
+                     std::string_view plural) {
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name) return i;
+  throw InputError(with_suggestion(fmt::format("unknown {} '{}'", what, name), name, names),
+                   fmt::format("the {} are {}", plural, fmt::join(names, ", ")));
 }
 
 }  // namespace choreo

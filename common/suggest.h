@@ -26,4 +26,9 @@ std::string did_you_mean(std::string_view name, std::span<const std::string> can
 std::string with_suggestion(std::string base, std::string_view name, std::span<const std::string_view> candidates);
 std::string with_suggestion(std::string base, std::string_view name, std::span<const std::string> candidates);
 
+/// The position of `name` in `names` (an enum's names, in the enum's order); else an InputError
+/// "unknown WHAT 'name'" with a suggestion, and the hint "the PLURAL are a, b, c".
+size_t index_of_name(std::string_view name, std::span<const std::string_view> names, std::string_view what,
+                     std::string_view plural);
+
 }  // namespace choreo

@@ -80,17 +80,26 @@ std::optional<int> ModelSet::find(std::string_view name) const {
   return std::nullopt;
 }
 
-std::string CrossModelPlan::describe() const {
+std::string_view CrossModelPlan::kind_name(Kind kind) {
   switch (kind) {
     case Kind::Recompute: return "recompute";
     case Kind::Reuse: return "reuse";
-    case Kind::Partial: {
-      std::string out = "partial";
-      for (const LayerRange& r : ranges) out += fmt::format(" [{}, {})", r.begin, r.end);
-      return ranges.empty() ? out + " []" : out;
-    }
+    case Kind::Partial: return "partial";
   }
   return "?";
+}
+
+std::optional<CrossModelPlan::Kind> CrossModelPlan::parse_kind(std::string_view name) {
+  for (Kind k : {Kind::Recompute, Kind::Reuse, Kind::Partial})
+    if (kind_name(k) == name) return k;
+  return std::nullopt;
+}
+
+std::string CrossModelPlan::describe() const {
+  std::string out(kind_name(kind));
+  if (kind != Kind::Partial) return out;
+  for (const LayerRange& r : ranges) out += fmt::format(" [{}, {})", r.begin, r.end);
+  return ranges.empty() ? out + " []" : out;
 }
 
 uint64_t CrossModelPlan::fingerprint() const {

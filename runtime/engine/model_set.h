@@ -36,6 +36,10 @@ struct CrossModelPlan {
   std::vector<LayerRange> ranges;
 
   static CrossModelPlan partial(int begin, int end) { return {Kind::Partial, {{begin, end}}}; }
+  /// "recompute", "reuse", "partial": what workflows and plan files call each kind.
+  static std::string_view kind_name(Kind kind);
+  /// The kind called `name`, or nullopt.
+  static std::optional<Kind> parse_kind(std::string_view name);
   /// "recompute", "reuse", "partial [s, e)" or "partial [s, e) [s2, e2)".
   std::string describe() const;
   /// What content keys of encodings made with this plan add (0 for Recompute: the reader's own encoding).

@@ -255,10 +255,7 @@ DataFormat detect_from_first_line(const std::string& path) {
 std::string_view format_name(DataFormat format) { return kFormatNames[static_cast<size_t>(format)]; }
 
 DataFormat parse_format(std::string_view name) {
-  for (size_t i = 0; i < kFormatNames.size(); ++i)
-    if (kFormatNames[i] == name) return static_cast<DataFormat>(i);
-  throw InputError(with_suggestion(fmt::format("unknown data format '{}'", name), name, kFormatNames),
-                   fmt::format("the formats are {}", fmt::join(kFormatNames, ", ")));
+  return static_cast<DataFormat>(index_of_name(name, kFormatNames, "data format", "formats"));
 }
 
 DataFormat detect_format(const std::string& path) { return detect_from_first_line(path); }

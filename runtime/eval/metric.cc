@@ -51,10 +51,7 @@ std::string_view metric_name(Metric metric) { return kNames[static_cast<size_t>(
 std::span<const std::string_view> metric_names() { return kNames; }
 
 Metric parse_metric(std::string_view name) {
-  for (size_t i = 0; i < kNames.size(); ++i)
-    if (kNames[i] == name) return static_cast<Metric>(i);
-  throw InputError(with_suggestion(fmt::format("unknown metric '{}'", name), name, kNames),
-                   fmt::format("the metrics are {}", fmt::join(kNames, ", ")));
+  return static_cast<Metric>(index_of_name(name, kNames, "metric", "metrics"));
 }
 
 bool is_binary(Metric metric) { return metric == Metric::math; }

@@ -119,28 +119,37 @@ ResultRow result_from_json(const json& value, const std::string& path, int line)
   return row;
 }
 
-ResultsFile read_results(const std::string& path) {
-  ResultsFile out;
+JsonLinesFile read_json_lines(const std::string& path, std::string_view what) {
+  JsonLinesFile out;
   std::error_code exists_error;
   if (!std::filesystem::exists(path, exists_error)) return out;
-  LineReader reader(path, "results file");
+  LineReader reader(path, what);
   std::string line;
   while (reader.next(line)) {
     const int number = reader.line_number();
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     exec::JsonLine parsed = exec::parse_json_line(number, line);
     if (!parsed.json_error.empty()) {
-      if (reader.last_line_unterminated()) {  // a writer killed mid-line: that row was never finished
+      if (reader.last_line_unterminated()) {  // a writer killed mid-line: that line was never finished
         out.truncated_tail = true;
         break;
       }
       throw InputError(fmt::format("line is not JSON: {}", parsed.json_error),
-                       "only the last line of a results file may be cut off",
+                       fmt::format("only the last line of a {} may be cut off", what),
                        SourceLocation{path, number, parsed.json_error_column()}, line);
     }
-    out.rows.push_back(result_from_json(parsed.value, path, number));
+    out.values.push_back(std::move(parsed.value));
     out.lines.push_back(number);
   }
+  return out;
+}
+
+ResultsFile read_results(const std::string& path) {
+  JsonLinesFile file = read_json_lines(path, "results file");
+  ResultsFile out;
+  out.truncated_tail = file.truncated_tail;
+  for (size_t i = 0; i < file.values.size(); ++i) out.rows.push_back(result_from_json(file.values[i], path, file.lines[i]));
+  out.lines = std::move(file.lines);
   return out;
 }
 
@@ -150,9 +159,9 @@ std::set<std::pair<std::string, std::string>> done_keys(const std::vector<Result
   return out;
 }
 
-ResultWriter::ResultWriter(const std::string& path, bool sync_each_row)
-    : path_(path), sync_each_row_(sync_each_row) {
-  fd_ = open_for_append(path, "--out");
+LineAppender::LineAppender(const std::string& path, std::string_view flag, bool sync_each_line)
+    : path_(path), sync_each_line_(sync_each_line) {
+  fd_ = open_for_append(path, flag);
   // Cut a partial last line (no newline after it) so appended rows do not glue onto it. Only the end of the
   // file is read: back from the end to the last newline.
   struct stat st;
@@ -178,7 +187,7 @@ ResultWriter::ResultWriter(const std::string& path, bool sync_each_row)
   }
 }
 
-ResultWriter::~ResultWriter() {
+LineAppender::~LineAppender() {
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -187,11 +196,10 @@ std::string result_line(const ResultRow& row) {
   return to_json(row).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-void ResultWriter::append(const ResultRow& row) {
-  const std::string line = result_line(row);
+void LineAppender::append(std::string_view line) {
   if (!write_all(fd_, line))
     throw RuntimeFailure(fmt::format("cannot write to '{}': {}", path_, std::strerror(errno)));
-  if (sync_each_row_ && ::fsync(fd_) != 0)
+  if (sync_each_line_ && ::fsync(fd_) != 0)
     throw RuntimeFailure(fmt::format("cannot sync '{}': {}", path_, std::strerror(errno)));
 }
 

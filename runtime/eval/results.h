@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -36,6 +37,37 @@ std::string result_line(const ResultRow& row);
 /// InputError (naming `path`:`line`) when a required field is missing or mistyped.
 ResultRow result_from_json(const nlohmann::json& value, const std::string& path, int line);
 
+/// A JSON Lines file that a killed writer may have left with a partial last line (eval's results, the reuse
+/// profiler's log): its values in order and the line each came from.
+struct JsonLinesFile {
+  std::vector<nlohmann::json> values;
+  std::vector<int> lines;
+  bool truncated_tail = false;  // the last line was cut off (a killed writer) and was ignored
+};
+/// Reads `path` (a missing file reads as empty; blank lines are skipped) through the input limits. A malformed
+/// line other than an unterminated last one is an InputError at file:line:col; `what` names the file in it.
+JsonLinesFile read_json_lines(const std::string& path, std::string_view what);
+
+/// Appends lines to a file, one write per line (and fsync when asked).
+class LineAppender {
+ public:
+  /// Opens `path` for appending, creating it (`flag` names the option that gave it, for errors). A partial last
+  /// line left by a killed writer is cut off first, so the next line starts clean. RuntimeFailure when the file
+  /// cannot be opened.
+  LineAppender(const std::string& path, std::string_view flag, bool sync_each_line = false);
+  ~LineAppender();
+  LineAppender(const LineAppender&) = delete;
+  LineAppender& operator=(const LineAppender&) = delete;
+
+  /// Writes `line` (which ends with its newline) in one write. RuntimeFailure on an I/O error.
+  void append(std::string_view line);
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool sync_each_line_;
+};
+
 /// A results file as read.
 struct ResultsFile {
   std::vector<ResultRow> rows;
@@ -49,23 +81,15 @@ ResultsFile read_results(const std::string& path);
 /// (row id, mode) pairs already present: what `--resume` skips.
 std::set<std::pair<std::string, std::string>> done_keys(const std::vector<ResultRow>& rows);
 
-/// Appends result lines to a file, one write and flush per row (and fsync when asked).
+/// Appends result lines to a file, one write per row (and fsync when asked): a LineAppender for `--out`.
 class ResultWriter {
  public:
-  /// Opens `path` for appending, creating it. A partial last line left by a killed writer is cut off
-  /// first, so the next line starts clean. RuntimeFailure when the file cannot be opened.
-  explicit ResultWriter(const std::string& path, bool sync_each_row = false);
-  ~ResultWriter();
-  ResultWriter(const ResultWriter&) = delete;
-  ResultWriter& operator=(const ResultWriter&) = delete;
-
+  explicit ResultWriter(const std::string& path, bool sync_each_row = false) : out_(path, "--out", sync_each_row) {}
   /// Writes one row as one line. RuntimeFailure on an I/O error.
-  void append(const ResultRow& row);
+  void append(const ResultRow& row) { out_.append(result_line(row)); }
 
  private:
-  std::string path_;
-  int fd_ = -1;
-  bool sync_each_row_;
+  LineAppender out_;
 };
 
 }  // namespace choreo::eval

@@ -91,13 +91,8 @@ const PlanRun& ReuseRunner::start(const ReuseItem& item) {
   passages.model = sender_;
   context_ = engine_->prefill(passages).id;
   engine_->set_plan(sender_, receiver_, {});
-  runtime::DecodeRequest r;
-  r.header = item.header;
-  r.parents = {{context_}};
-  r.max_tokens = max_tokens_;
-  r.sampling.temperature = 0;
+  runtime::DecodeRequest r = answer_request();
   r.record_logits = true;
-  r.model = receiver_;
   reference_ = engine_->decode(r);
   engine_->release(reference_.id);
   reference_run_ = {reference_.text, 1.0, 0.0, 0.0, reference_.stats.ttft_ms, 0};
@@ -105,14 +100,19 @@ const PlanRun& ReuseRunner::start(const ReuseItem& item) {
   return reference_run_;
 }
 
+runtime::DecodeRequest ReuseRunner::answer_request() const {
+  runtime::DecodeRequest r;
+  r.header = item_->header;
+  r.parents = {{context_}};
+  r.max_tokens = max_tokens_;
+  r.sampling.temperature = 0;
+  r.model = receiver_;
+  return r;
+}
+
 PlanRun ReuseRunner::run(const runtime::CrossModelPlan& plan) {
   engine_->set_plan(sender_, receiver_, plan);
-  runtime::DecodeRequest greedy;
-  greedy.header = item_->header;
-  greedy.parents = {{context_}};
-  greedy.max_tokens = max_tokens_;
-  greedy.sampling.temperature = 0;
-  greedy.model = receiver_;
+  const runtime::DecodeRequest greedy = answer_request();
   const runtime::DecodeResult answer = engine_->decode(greedy);
   engine_->release(answer.id);
   // Teacher-forced on recompute's answer: the plan's next-token distributions where recompute's were taken.

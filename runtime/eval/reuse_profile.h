@@ -53,6 +53,9 @@ class ReuseRunner {
   PlanRun run(const runtime::CrossModelPlan& plan);
 
  private:
+  // The receiver's greedy answer to the current item, over its passages.
+  runtime::DecodeRequest answer_request() const;
+
   runtime::ModelSet models_;
   int sender_, receiver_;
   kv::PagePool& pool_;

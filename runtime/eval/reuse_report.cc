@@ -334,10 +334,7 @@ std::string describe_plan(std::span<const LayerRange> ranges, int n_layers) {
 std::string_view quality_name(Quality q) { return kQualityNames[static_cast<size_t>(q)]; }
 
 Quality parse_quality(std::string_view name) {
-  for (size_t i = 0; i < kQualityNames.size(); ++i)
-    if (kQualityNames[i] == name) return static_cast<Quality>(i);
-  throw InputError(with_suggestion(fmt::format("unknown quality '{}'", name), name, kQualityNames),
-                   fmt::format("the qualities are {}", fmt::join(kQualityNames, ", ")));
+  return static_cast<Quality>(index_of_name(name, kQualityNames, "quality", "qualities"));
 }
 
 double quality_loss(Quality q, const PlanScore& plan, const PlanScore& recompute) {

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "runtime/engine/model_set.h"
 
 namespace choreo::exec {
@@ -19,5 +21,9 @@ struct ReusePlanFile {
 };
 /// Reads a plan file; InputError naming the file and the field when it is not one.
 ReusePlanFile read_reuse_plan(const std::string& path);
+/// What read_reuse_plan reads, as the profiler writes it: `sender` and `receiver` are objects with a
+/// hexadecimal `fingerprint` and a `spec` (the profile adds its scores beside these fields).
+nlohmann::ordered_json reuse_plan_json(const nlohmann::ordered_json& sender, const nlohmann::ordered_json& receiver,
+                                       int n_layers, const runtime::CrossModelPlan& plan);
 
 }  // namespace choreo::exec

@@ -115,9 +115,9 @@ WorkflowModels load_workflow_models(const dsl::Workflow& w, const model::Model& 
                          fmt::format("`from` names a model: {}", fmt::join(names, ", ")), r.from.where,
                          w.source_line(r.from.where.line));
       }
-      runtime::CrossModelPlan plan;
-      if (r.plan.value == "reuse") plan.kind = runtime::CrossModelPlan::Kind::Reuse;
-      if (r.plan.value == "partial") plan = runtime::CrossModelPlan::partial(int(*r.begin), int(*r.end));
+      // The parser admits the three kinds only, and `layers` with `partial` only.
+      runtime::CrossModelPlan plan{*runtime::CrossModelPlan::parse_kind(r.plan.value), {}};
+      if (r.begin) plan.ranges = {{int(*r.begin), int(*r.end)}};
       try {
         out.set.set_plan(*sender, receiver, plan);
       } catch (const InputError& e) {

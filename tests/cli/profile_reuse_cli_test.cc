@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -102,6 +103,15 @@ TEST_CASE("choreo profile reuse: sweep, plan file, resume, and a workflow readin
   CHECK(resumed.err.find("(from the log)") != std::string::npos);
   CHECK(json::parse(slurp(out / "plan.json"))["layers"] == plan["layers"]);
   CHECK(slurp(out / "runs.jsonl") == log);
+  // A log cut inside its last line (a killed run): that run is measured again and the log repaired.
+  fs::resize_file(out / "runs.jsonl", log.size() - 10);
+  const testing::ProcessResult repaired = testing::run_process(binary, resume, scratch.path);
+  REQUIRE_MESSAGE(repaired.exit_code == 0, repaired.err);
+  const std::string relog = slurp(out / "runs.jsonl");
+  // The cut run again, after its item's reference (plans are scored against the reference's logits).
+  CHECK(std::count(relog.begin(), relog.end(), '\n') == std::count(log.begin(), log.end(), '\n') + 1);
+  CHECK(relog.back() == '\n');
+  CHECK(json::parse(slurp(out / "plan.json"))["layers"] == plan["layers"]);
   // Other settings: the log is not theirs.
   std::vector<std::string> other = resume;
   other[other.size() - 9] = "7";  // --max-tokens
@@ -109,6 +119,11 @@ TEST_CASE("choreo profile reuse: sweep, plan file, resume, and a workflow readin
   const testing::ProcessResult mismatch = testing::run_process(binary, other, scratch.path);
   CHECK(mismatch.exit_code == 2);
   CHECK(mismatch.err.find("other settings") != std::string::npos);
+  // A log broken before its last line is an error at its line, not skipped.
+  std::ofstream(out / "runs.jsonl", std::ios::app) << "{not json\n{\"split\": \"train\"}\n";
+  const testing::ProcessResult broken = testing::run_process(binary, resume, scratch.path);
+  CHECK(broken.exit_code == 2);
+  CHECK(broken.err.find("runs.jsonl:") != std::string::npos);
 
   // A workflow naming the plan file reads what the same plan written inline reads.
   const auto run = [&](const std::string& reuse) {
