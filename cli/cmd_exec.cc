@@ -10,6 +10,7 @@
 #include "common/input_file.h"
 #include "runtime/engine/engine.h"
 #include "runtime/exec/calls.h"
+#include "runtime/exec/reuse_plan_file.h"
 #include "runtime/kv/page_pool.h"
 
 namespace choreo::cli {
@@ -24,6 +25,7 @@ struct ExecOptions {
   LoraOptions lora;
   std::vector<std::string> lora_modules;  // NAME=ADAPTER.gguf: the run's model with that adapter
   std::vector<std::string> model_files;   // NAME=MODEL.gguf: another GGUF of the same architecture
+  std::vector<std::string> reuse_plans;   // plan files of `choreo profile reuse`
 };
 
 /// The run's model (with --lora) as "default", then --lora-modules and --model-file, which calls choose with
@@ -36,6 +38,26 @@ runtime::ModelSet exec_models(const ExecOptions& o, const LoadedModel& lm,
   for (const auto& [name, file] : key_values(o.model_files, "--model-file")) {
     owned.push_back(model::Model::load(file, lm.model->backend()));
     set.add(name, *owned.back(), {});
+  }
+  // Plan files bind to models by fingerprint: every model with the receiver's reads every model with the
+  // sender's through the plan.
+  for (const std::string& path : o.reuse_plans) {
+    const exec::ReusePlanFile file = exec::read_reuse_plan(path);
+    int receivers = 0, senders = 0;
+    for (size_t i = 0; i < set.size(); ++i)
+      if (set[i].fingerprint == file.receiver) {
+        ++receivers;
+        senders += exec::apply_reuse_plan(set, file, int(i));
+      }
+    if (receivers == 0)
+      throw InputError(fmt::format("--reuse-plan {}: the plan was profiled for the receiver {}, which no model "
+                                   "of this run is", path, file.receiver_spec),
+                       "give that model with -m/--lora, --lora-modules or --model-file (same file, adapters and "
+                       "scales), or profile this pair: choreo profile reuse");
+    if (senders == 0)
+      throw InputError(fmt::format("--reuse-plan {}: the plan reads the sender {}, which no other model of this "
+                                   "run is", path, file.sender_spec),
+                       "give that model with -m/--lora, --lora-modules or --model-file");
   }
   return set;
 }
@@ -76,6 +98,10 @@ void register_exec(CLI::App& app) {
   add_pairs_option(*cmd, "--model-file", o->model_files,
                    "NAME=MODEL.gguf: another GGUF of the model's architecture, shapes and vocabulary, chosen with "
                    "\"model\": NAME; repeatable");
+  cmd->add_option("--reuse-plan", o->reuse_plans,
+                  "plan.json from `choreo profile reuse`: the models with its receiver's weights and adapters "
+                  "read those with its sender's through its plan (default: recompute); repeatable")
+      ->check(CLI::ExistingFile);
   cmd->callback([o] {
     o->tiers.resolve();
     run_exec(*o);

@@ -217,6 +217,16 @@ nlohmann::ordered_json tiers_json(const TierOptions& options, const kv::TierStat
       {"prefetch_wasted", s.prefetch_wasted},
       {"prefetch_bad", s.prefetch_bad},
       {"prefetch_wait_ms", s.prefetch_wait_ms},
+      {"e_saved", s.e_saved},
+      {"e_saved_bytes", s.e_saved_bytes},
+      {"e_t1_offloads", s.e_t1_offloads},
+      {"e_t1_offload_bytes", s.e_t1_offload_bytes},
+      {"e_t1_loads", s.e_t1_loads},
+      {"e_t1_load_bytes", s.e_t1_load_bytes},
+      {"e_dropped", s.e_dropped},
+      {"e_dropped_bytes", s.e_dropped_bytes},
+      {"e_recomputed_tokens", s.e_recomputed_tokens},
+      {"e_recompute_ms", s.e_recompute_ms},
       {"recomputes", s.recomputes},
       {"recomputed_tokens", s.recomputed_tokens},
       {"load_ms", s.load_ms},
@@ -235,7 +245,13 @@ std::string tiers_line(const kv::TierStats& s) {
                               : "") +
          (s.prefetches ? fmt::format("; {} prefetches ({} used, {} wasted, {:.0f} ms waited)", s.prefetches,
                                      s.prefetch_used, s.prefetch_wasted, s.prefetch_wait_ms)
-                       : "");
+                       : "") +
+         (s.e_saved + s.e_recomputed_tokens
+              ? fmt::format("; E caches: {} saved ({:.1f} MiB), {} to T1 and {} back, {} dropped, {} tokens "
+                            "recomputed ({:.0f} ms)",
+                            s.e_saved, s.e_saved_bytes / 1048576.0, s.e_t1_offloads, s.e_t1_loads, s.e_dropped,
+                            s.e_recomputed_tokens, s.e_recompute_ms)
+              : "");
 }
 
 void add_max_steps_option(CLI::App& cmd, int64_t& max_steps) {

@@ -15,6 +15,7 @@
 
 #include <xxhash.h>
 
+#include "common/clock.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/engine_work.h"
 
@@ -106,6 +107,11 @@ kv::MessageId Engine::encoding_on(int model, kv::MessageId id, CallStats& stats)
       m.parents = std::move(parents);
       m.agent = src.agent;
       m.visibility = src.visibility;
+      // Who reads this copy is not known here, except that a's own model reads a instead (known() above).
+      std::vector<int> readers;
+      for (int r = 0; r < int(models_.size()); ++r)
+        if (!same_model(r, src.model)) readers.push_back(r);
+      m.e_layers = models_.e_cache_layers(model, readers);
       try {
         Held held(store_);
         std::vector<PlacedView> views = hold_parents(m, held, &stats);
@@ -122,6 +128,7 @@ kv::MessageId Engine::encoding_on(int model, kv::MessageId id, CallStats& stats)
         throw;
       }
       store_.publish(m);
+      place_e_cache(m);
       if (variant == 0) {  // a plan's encoding is this engine's alone: its key is not a hash of its entry
         share(m);
         write_through(m);
@@ -160,6 +167,7 @@ void Engine::encode_partial(kv::Message& m, const kv::Message& src, const CrossM
     // No E cache (not saved, or loaded from a store without one): the sender's layers [0, last missing) run
     // again over the same parents, whose KV at those layers is the sender's, behind the sender's BOS and
     // with its adapters; they rewrite the bits those layers already hold.
+    const double e_start = steady_ms();
     m.model = src.model;
     m.n_encoded = 0;
     Work w{&m, views, false, {}};
@@ -173,6 +181,8 @@ void Engine::encode_partial(kv::Message& m, const kv::Message& src, const CrossM
     }
     m.model = receiver;
     stats.n_e_recomputed += n_tokens;
+    tier_stats_.e_recomputed_tokens += uint64_t(n_tokens);
+    tier_stats_.e_recompute_ms += steady_ms() - e_start;
   }
   for (const LayerRange& r : plan.ranges) {
     if (r.begin == r.end) continue;

@@ -157,7 +157,7 @@ void Engine::encode(std::span<Work*> work) {
   // states at another layer (the E cache of a `partial` cross-model plan).
   using Key = std::pair<const model::Model*, std::vector<int>>;
   const auto on = [&](const Work* w) {
-    return Key{models_[size_t(w->msg->model)].weights, models_.e_cache_layers(w->msg->model)};
+    return Key{models_[size_t(w->msg->model)].weights, w->msg->e_layers};
   };
   const auto encode_part = [&](const Key& key, std::span<Work*> part) {
     if (!key.second.empty())
@@ -329,6 +329,7 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
       continue;
     }
     kv::Message& m = new_message(store_, pl, r.agent, r.visibility, r.tokens, r.model);
+    m.e_layers = e_layers_for(r.model, r.read_by);
     works.push_back({&m, pl.parents, false, {}});
     work_request.push_back(i);
     work_of[i] = works.size() - 1;
@@ -354,6 +355,7 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
     encode(part);
     for (Work* w : part) {
       store_.publish(*w->msg);
+      place_e_cache(*w->msg);
       share(*w->msg);          // T3: written through, for other processes
       write_through(*w->msg);  // T2, when asked for
     }
@@ -414,6 +416,7 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
     } else {
       layouts[i] = call_mode_->lay_out_decode(r, i, budget);
     }
+    layouts[i].encoded->e_layers = e_layers_for(r.model, r.read_by);
     works[i] = {layouts[i].encoded, layouts[i].views, true, {}};
     results[i].stats.n_reused = layouts[i].n_reused;
     results[i].stats.start_pos = layouts[i].encoded->start_pos;
@@ -433,6 +436,7 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
     const DecodeRequest& r = requests[i];
     DecodeResult& res = results[i];
     store_.publish(*layouts[i].encoded);
+    place_e_cache(*layouts[i].encoded);
     write_through(*layouts[i].encoded);
     std::span<const model::Token> visible = res.generated;
     if (!visible.empty() && vocab.is_eog(visible.back()) && !r.exact_tokens && r.forced.empty())
@@ -581,6 +585,7 @@ void Engine::make_resident(kv::Message& m, CallStats* stats) {
       throw;
     }
     m.host = std::move(copy);
+    place_e_cache(m);
     record(kv::TierEvent::Kind::Load, 1, m, n * store_.pool().page_bytes(), t0);
     ++tier_stats_.t1_hits;
     tier_stats_.t1_load_bytes += n * store_.pool().page_bytes();
@@ -633,6 +638,7 @@ void Engine::recompute(kv::Message& m, CallStats* stats) {
     m.n_encoded = n_tokens;
     throw;
   }
+  place_e_cache(m);
   record(kv::TierEvent::Kind::Recompute, 0, m, 0, start);
   ++tier_stats_.recomputes;
   tier_stats_.recomputed_tokens += n_tokens;
@@ -750,11 +756,54 @@ void Engine::offload(kv::Message& m) {
     write_resident(m, kv::TierEvent::Kind::Offload);
   }
   m.pages.clear();
+  place_e_cache(m);
   ++tier_stats_.t0_evictions;
   if (m.prefetched) {
     m.prefetched = false;
     ++tier_stats_.prefetch_wasted;
   }
+}
+
+void Engine::place_e_cache(kv::Message& m) {
+  if (m.e_cache.empty()) {
+    m.e_charge.reset();
+    return;
+  }
+  const int want = m.resident() ? 0 : !m.host.empty() ? 1 : -1;
+  const int had = m.e_charge.tier();
+  if (want == had) return;
+  size_t bytes = 0;
+  for (const auto& [layer, rows] : m.e_cache) bytes += rows.size() * sizeof(float);
+  // On the CPU backend both tiers are host memory: the rows stay where they are, and only the budget they
+  // are charged to changes.
+  m.e_charge.reset();
+  bool placed = false;
+  if (want == 0) {
+    Held held(store_);  // the room made for it must not be m's own pages
+    held.add(m);
+    placed = m.e_charge.to_t0(store_.pool(), bytes);
+  } else if (want == 1) {
+    placed = bytes <= host_.budget_bytes() && (host_.fits(bytes) || make_host_room(bytes, m.id)) &&
+             m.e_charge.to_t1(host_, bytes);
+  }
+  if (!placed) {
+    m.e_cache.clear();
+    ++tier_stats_.e_dropped;
+    tier_stats_.e_dropped_bytes += bytes;
+  } else if (want == 1) {
+    ++tier_stats_.e_t1_offloads;
+    tier_stats_.e_t1_offload_bytes += bytes;
+  } else if (had == 1) {
+    ++tier_stats_.e_t1_loads;
+    tier_stats_.e_t1_load_bytes += bytes;
+  } else {
+    ++tier_stats_.e_saved;
+    tier_stats_.e_saved_bytes += bytes;
+  }
+}
+
+std::vector<int> Engine::e_layers_for(int model, const std::optional<std::vector<int>>& read_by) const {
+  return read_by ? models_.e_cache_layers(model, *read_by) : models_.e_cache_layers(model);
 }
 
 void Engine::write_through(kv::Message& m) {
@@ -826,6 +875,7 @@ bool Engine::make_host_room(size_t bytes, kv::MessageId keep) {
       write_back(m, pages);
     }
     m.host.reset();
+    place_e_cache(m);
     ++tier_stats_.t1_evictions;
   }
   return host_.bytes_in_use() <= target;

@@ -179,7 +179,7 @@ class Engine {
   bool load_pages_stored(kv::Message& m);  // T2 or T3 -> T0; false: no usable entry
   // ---- prefetch (TierSettings::prefetch_steps) ----
   struct Loading;
-  bool parent_loading(const std::vector<Parent>& parents) const;
+  bool parent_loading(const std::vector<Parent>& parents, int model) const;  // for a call on `model`
   void prefetch_due();  // starts prefetches for the messages due within prefetch_steps
   bool start_prefetch(kv::Message& m, size_t steps);
   // Frees T0 pages for n_pages by evicting only messages read later than `steps` (or never); false if not.
@@ -199,6 +199,11 @@ class Engine {
   };
   std::vector<kv::EvictionCandidate> eviction_order(HeldPages* held);
   void offload(kv::Message& m);        // frees m's T0 pages, first copying them to T1 when there is room
+  // Charges m's E cache to the tier of m's fastest copy of KV (T0, else T1), or drops it when that tier has
+  // no room or m is in neither; called whenever m is encoded or moves between tiers.
+  void place_e_cache(kv::Message& m);
+  // The E-cache layers a new message of `model` saves, for the plans to the models that will read it.
+  std::vector<int> e_layers_for(int model, const std::optional<std::vector<int>>& read_by) const;
   bool make_host_room(size_t bytes, kv::MessageId keep);
   bool may_write_back(const kv::Message& m, size_t bytes) const;
   // To T2, when it has room; recorded as `kind` (Offload: on eviction, Write: write-through).

@@ -164,13 +164,23 @@ void ModelSet::save_e_caches(int sender, std::vector<int> layers) {
 }
 
 std::vector<int> ModelSet::e_cache_layers(int sender) const {
+  std::vector<int> every;
+  for (size_t r = 0; size_t(sender) < plans_.size() && r < plans_[size_t(sender)].size(); ++r) every.push_back(int(r));
+  return e_cache_layers(sender, every);
+}
+
+std::vector<int> ModelSet::e_cache_layers(int sender, std::span<const int> readers) const {
   std::vector<int> out;
   if (size_t(sender) < saved_e_caches_.size()) out = saved_e_caches_[size_t(sender)];
-  if (size_t(sender) < plans_.size())
-    for (const CrossModelPlan& p : plans_[size_t(sender)])
-      if (p.kind == CrossModelPlan::Kind::Partial)
-        for (const LayerRange& r : p.ranges)
-          if (r.begin < r.end) out.push_back(r.begin);
+  for (int receiver : readers) {
+    if (receiver < 0 || size_t(receiver) >= models_.size() ||
+        models_[size_t(receiver)].fingerprint == models_[size_t(sender)].fingerprint)
+      continue;
+    const CrossModelPlan& p = plan(sender, receiver);
+    if (p.kind == CrossModelPlan::Kind::Partial)
+      for (const LayerRange& r : p.ranges)
+        if (r.begin < r.end) out.push_back(r.begin);
+  }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;

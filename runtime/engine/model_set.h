@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <span>
 #include <vector>
 
 #include "runtime/model/llama.h"
@@ -89,6 +90,9 @@ class ModelSet {
   /// The layers (ascending) at whose input `sender`'s encodings save their hidden states (the E cache): the
   /// first layer of each range of the plans reading it, and those of save_e_caches. Empty when none.
   std::vector<int> e_cache_layers(int sender) const;
+  /// The same for a message that only `readers` will read (the compiled plan's calls reading it or anything
+  /// encoded over it): the plans from `sender` to those of them that are other models, and save_e_caches.
+  std::vector<int> e_cache_layers(int sender, std::span<const int> readers) const;
 
  private:
   std::vector<EngineModel> models_;

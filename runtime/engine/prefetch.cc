@@ -43,15 +43,23 @@ std::optional<std::string> copy_entry_pages(std::span<const uint8_t> bytes, cons
 
 }  // namespace
 
-bool Engine::parent_loading(const std::vector<Parent>& parents) const {
-  for (const Parent& p : parents)
+bool Engine::parent_loading(const std::vector<Parent>& parents, int model) const {
+  const auto in_flight = [&](kv::MessageId message) {
     for (const auto& [id, loading] : loading_)
-      if (id == p.message && !loading->finished()) return true;
+      if (id == message && !loading->finished()) return true;
+    return false;
+  };
+  for (const Parent& p : parents) {
+    if (in_flight(p.message)) return true;
+    // Another model's message is read through the call's model's encoding of it, which may be loading.
+    const auto copy = encodings_on_.find({p.message, model});
+    if (copy != encodings_on_.end() && in_flight(copy->second)) return true;
+  }
   return false;
 }
 
-bool Engine::loading(const PrefillRequest& request) const { return parent_loading(request.parents); }
-bool Engine::loading(const DecodeRequest& request) const { return parent_loading(request.parents); }
+bool Engine::loading(const PrefillRequest& request) const { return parent_loading(request.parents, request.model); }
+bool Engine::loading(const DecodeRequest& request) const { return parent_loading(request.parents, request.model); }
 
 void Engine::prefetch_due() {
   settle_finished();
@@ -63,7 +71,9 @@ void Engine::prefetch_due() {
     const kv::Message* m = store_.record_or_null(id);
     if (!m || m->resident() || !m->complete() || m->released || m->key == 0) continue;
     if (m->host.empty() && !(disk_ && m->on_disk) && !(remote_ && remote_->usable() && m->in_t3)) continue;
-    const std::optional<size_t> steps = step_oracles_.steps_to_execution(id);
+    // Another model's encoding of a message is due when the message is (as in eviction, Engine::candidate).
+    const std::optional<size_t> steps =
+        step_oracles_.steps_to_execution(m->source != kv::kNoMessage ? m->source : id);
     if (steps && *steps <= tiers_.prefetch_steps) due.push_back({*steps, id});
   }
   std::sort(due.begin(), due.end());
@@ -194,6 +204,7 @@ bool Engine::settle(kv::Message& m, CallStats* stats) {
     m.pages.clear();
     return false;
   }
+  place_e_cache(m);
   if (loading->tier == 1) {
     ++tier_stats_.t1_hits;
     tier_stats_.t1_load_bytes += loading->bytes;

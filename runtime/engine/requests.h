@@ -43,6 +43,10 @@ struct PrefillRequest {
   std::string agent;
   kv::Visibility visibility = kv::Visibility::Public;
   int model = 0;  // which of the engine's models encodes it (Engine::models())
+  // The models whose calls will read the message, or anything encoded over it, as the compiled plan shows;
+  // its E cache is saved for the `partial` plans to those of them that are other models. Unset: not known,
+  // saved for every plan from `model`.
+  std::optional<std::vector<int>> read_by;
 };
 
 /// What a prefill produced: the message holding the encoding, and how it was obtained.
@@ -71,6 +75,7 @@ struct DecodeRequest {
   std::string agent;
   kv::Visibility visibility = kv::Visibility::Public;
   int model = 0;  // which of the engine's models runs it (Engine::models())
+  std::optional<std::vector<int>> read_by;  // as PrefillRequest::read_by, for the decode's message
   // Mode::Prefix only: reuse prefixes of earlier sequences of the same scope (Engine::new_prefix_scope).
   // Workflow instances get a scope each, so an instance's result never depends on which instances ran
   // before it on the engine (a reused prefix is laid out differently from a recomputed one, and rounds

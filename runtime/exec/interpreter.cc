@@ -78,6 +78,7 @@ struct Branch {
   std::string agent;
   bool is_private = false;
   int model = 0;           // the engine's model it runs on
+  std::vector<int> read_by;  // the models of the calls that read it or anything made over it (the plan's)
   std::string model_name;  // its name, "" for the run's model
   model::SamplingParams sampling;
   int max_tokens = kDefaultMaxTokens;
@@ -161,6 +162,7 @@ class Interpreter : public dsl::plan::Executor {
       plan_ = dsl::plan::compile(workflow_, arguments);
       follower_.emplace(plan_);
       check_models();
+      read_by_ = readers_of_nodes();
       steps_.emplace(plan_, *follower_);
       Registration registration(engine_.step_oracles(), *steps_);
       result_.steps.push_back(steps_->complete(std::nullopt));
@@ -194,7 +196,7 @@ class Interpreter : public dsl::plan::Executor {
         for (size_t k = 0; k < at.size(); ++k) values[at[k]] = std::move(made[k]);
       }
       for (size_t i = 0; i < branches.size(); ++i)
-        if (branches[i].message->prompt) values[i] = prefill_pml(branches[i]);
+        if (branches[i].message->prompt) values[i] = prefill_pml(branches[i], nodes[i]);
     } else {
       std::vector<Branch> prepared;
       for (size_t i = 0; i < branches.size(); ++i) prepared.push_back(prepare(branches[i], nodes[i]));
@@ -222,6 +224,25 @@ class Interpreter : public dsl::plan::Executor {
   void check_models() const {
     for (const dsl::plan::Node& n : plan_.nodes)
       if (n.model) model_index(*n.model);
+  }
+
+  /// For each plan node, the engine models of the calls that read it or anything made over it (ascending):
+  /// an E cache is saved only for the cross-model plans those reads go through (DESIGN.md §6). Nodes come
+  /// after their parents, so one pass from the last node back gathers them.
+  std::vector<std::vector<int>> readers_of_nodes() const {
+    std::vector<std::vector<int>> readers(plan_.nodes.size());
+    for (size_t c = plan_.nodes.size(); c-- > 0;) {
+      const dsl::plan::Node& n = plan_.nodes[c];
+      const int model = n.model ? model_index(*n.model) : 0;
+      for (const dsl::plan::Edge& e : n.parents) {
+        std::vector<int>& r = readers.at(e.parent);
+        r.push_back(model);
+        r.insert(r.end(), readers[c].begin(), readers[c].end());
+        std::sort(r.begin(), r.end());
+        r.erase(std::unique(r.begin(), r.end()), r.end());
+      }
+    }
+    return readers;
   }
 
   /// The engine's index of a `model:` name (`default`: the run's model, index 0).
@@ -277,7 +298,7 @@ class Interpreter : public dsl::plan::Executor {
   /// when they already are), the prompt's arguments and uncached text are encoded at theirs, and the name is
   /// bound to the list of all these messages in position order. Listed as parents, they keep their schema
   /// positions (shifted together by an `at:`), so a decode over them sees exactly the prompt.
-  Value prefill_pml(const dsl::plan::Branch& branch) {
+  Value prefill_pml(const dsl::plan::Branch& branch, size_t plan_node) {
     const dsl::Message& m = *branch.message;
     const std::string& written = branch.pml_file.value();
     // The path is relative to the workflow file and must stay inside its directory (or one allowed with
@@ -307,6 +328,7 @@ class Interpreter : public dsl::plan::Executor {
     std::map<kv::MessageId, std::pair<runtime::CallStats, double>> encoded_now;
     runtime::pml::EncodedSchema encoded = runtime::pml::encode_layout(
         [&](std::vector<runtime::PrefillRequest> requests) {
+          for (runtime::PrefillRequest& r : requests) r.read_by = read_by_.at(plan_node);
           const double start_ms = steady_ms();
           std::vector<runtime::PrefillResult> results = engine_.prefill_batch(std::move(requests));
           result_.batches.push_back({"prefill", int(results.size())});
@@ -353,6 +375,7 @@ class Interpreter : public dsl::plan::Executor {
       r.tokens = tokens;
       r.parents = parents;  // everything before it in the prompt
       r.new_offset = start;
+      r.read_by = read_by_.at(plan_node);
       const double start_ms = steady_ms();
       std::vector<runtime::PrefillResult> results = engine_.prefill_batch({r});
       result_.batches.push_back({"prefill", 1});
@@ -435,6 +458,7 @@ class Interpreter : public dsl::plan::Executor {
     b.previous_role = previous_role(b.parents);
     b.agent = n.agent;
     b.is_private = !n.private_to.empty();
+    b.read_by = read_by_.at(plan_node);
     if (n.model && n.model->value != "default") {
       b.model = model_index(*n.model);
       b.model_name = n.model->value;
@@ -500,7 +524,7 @@ class Interpreter : public dsl::plan::Executor {
     std::vector<runtime::PrefillRequest> requests;
     for (const Branch& b : branches)
       requests.push_back({b.tokens, b.parents, b.new_offset, b.agent,
-                          b.is_private ? kv::Visibility::Private : kv::Visibility::Public, b.model});
+                          b.is_private ? kv::Visibility::Private : kv::Visibility::Public, b.model, b.read_by});
     std::vector<runtime::PrefillResult> results;
     const double start_ms = steady_ms();
     try {
@@ -535,6 +559,7 @@ class Interpreter : public dsl::plan::Executor {
       d.agent = b.agent;
       d.visibility = b.is_private ? kv::Visibility::Private : kv::Visibility::Public;
       d.model = b.model;
+      d.read_by = b.read_by;
       if (hooks_.exact_tokens) d.exact_tokens = hooks_.exact_tokens(b.name);
       if (hooks_.record_logits) d.record_logits = hooks_.record_logits(b.name);
       if (hooks_.on_token) {
@@ -582,6 +607,7 @@ class Interpreter : public dsl::plan::Executor {
   model::ChatFormat format_;
   dsl::plan::Plan plan_;
   std::optional<PlanFollower> follower_;
+  std::vector<std::vector<int>> read_by_;  // per plan node (readers_of_nodes)
   std::optional<RunSteps> steps_;
   std::unordered_map<kv::MessageId, MessageInfo> info_;
   struct Pinned {

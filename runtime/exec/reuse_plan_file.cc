@@ -67,4 +67,16 @@ nlohmann::ordered_json reuse_plan_json(const nlohmann::ordered_json& sender, con
           {"describe", plan.describe()}};
 }
 
+int apply_reuse_plan(runtime::ModelSet& set, const ReusePlanFile& file, int receiver) {
+  // Every model with the sender's fingerprint is the sender (the run's model and a declared model with the
+  // same file and adapters encode the same KV).
+  int found = 0;
+  for (size_t i = 0; i < set.size(); ++i) {
+    if (set[i].fingerprint != file.sender || int(i) == receiver) continue;
+    set.set_plan(int(i), receiver, file.plan);
+    ++found;
+  }
+  return found;
+}
+
 }  // namespace choreo::exec

@@ -21,6 +21,10 @@ struct ReusePlanFile {
 };
 /// Reads a plan file; InputError naming the file and the field when it is not one.
 ReusePlanFile read_reuse_plan(const std::string& path);
+/// Sets the file's plan from every model of `set` with the sender's fingerprint (but `receiver`) to
+/// `receiver`; returns how many senders it found. InputErrors of ModelSet::set_plan pass through.
+int apply_reuse_plan(runtime::ModelSet& set, const ReusePlanFile& file, int receiver);
+
 /// What read_reuse_plan reads, as the profiler writes it: `sender` and `receiver` are objects with a
 /// hexadecimal `fingerprint` and a `spec` (the profile adds its scores beside these fields).
 nlohmann::ordered_json reuse_plan_json(const nlohmann::ordered_json& sender, const nlohmann::ordered_json& receiver,

@@ -88,19 +88,13 @@ WorkflowModels load_workflow_models(const dsl::Workflow& w, const model::Model& 
                                        file.receiver_spec, decl.name.value),
                            "profile this model: choreo profile reuse --receiver ...", r.file->where,
                            w.source_line(r.file->where.line));
-        // Every model with the sender's fingerprint is the sender (the run's model and a declared model with
-        // the same file and adapters encode the same KV).
-        bool found = false;
-        for (size_t i = 0; i < out.set.size(); ++i) {
-          if (out.set[i].fingerprint != file.sender || int(i) == receiver) continue;
-          found = true;
-          try {
-            out.set.set_plan(int(i), receiver, file.plan);
-          } catch (const InputError& e) {
-            throw at(*r.file, e);
-          }
+        int found = 0;
+        try {
+          found = apply_reuse_plan(out.set, file, receiver);
+        } catch (const InputError& e) {
+          throw at(*r.file, e);
         }
-        if (!found)
+        if (found == 0)
           throw InputError(fmt::format("plan file {} reads the sender {}, which no model of this run is", path,
                                        file.sender_spec),
                            "declare that model (same file, adapters and scales) or profile another pair",

@@ -97,6 +97,7 @@ void MessageStore::erase(MessageId id) {
   m.pages.clear();
   m.host = {};
   m.e_cache = {};
+  m.e_charge.reset();
   --live_;
 }
 

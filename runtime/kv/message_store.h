@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/token.h"
@@ -27,6 +28,58 @@ struct PlacedParent {
   int n_tokens = -1;  // tokens of the parent that were visible (-1: all of them); not part of content keys
 };
 
+/// Where a message's E cache is charged (Engine::place_e_cache): T0 (the page pool's budget) while the
+/// message's pages are there, T1 (the host tier's) while only its T1 copy is, or nowhere. Uncharges itself.
+class TierCharge {
+ public:
+  TierCharge() = default;
+  ~TierCharge() { reset(); }
+  TierCharge(TierCharge&& other) noexcept { *this = std::move(other); }
+  TierCharge& operator=(TierCharge&& other) noexcept {
+    if (this != &other) {
+      reset();
+      pool_ = std::exchange(other.pool_, nullptr);
+      host_ = std::exchange(other.host_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+  TierCharge(const TierCharge&) = delete;
+  TierCharge& operator=(const TierCharge&) = delete;
+
+  /// Charges `bytes` to T0 (asking it to make room); false, charging nothing, when it cannot.
+  bool to_t0(PagePool& pool, size_t bytes) {
+    reset();
+    return pool.charge(bytes) && set(&pool, nullptr, bytes);
+  }
+  /// Charges `bytes` to T1; false, charging nothing, when they do not fit.
+  bool to_t1(HostTier& host, size_t bytes) {
+    reset();
+    return host.charge(bytes) && set(nullptr, &host, bytes);
+  }
+  /// 0 (T0), 1 (T1), or -1 (not charged).
+  int tier() const { return pool_ ? 0 : host_ ? 1 : -1; }
+  size_t bytes() const { return bytes_; }
+  void reset() {
+    if (pool_) pool_->uncharge(bytes_);
+    if (host_) host_->uncharge(bytes_);
+    pool_ = nullptr;
+    host_ = nullptr;
+    bytes_ = 0;
+  }
+
+ private:
+  bool set(PagePool* pool, HostTier* host, size_t bytes) {
+    pool_ = pool;
+    host_ = host;
+    bytes_ = bytes;
+    return true;
+  }
+  PagePool* pool_ = nullptr;
+  HostTier* host_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 /// Who may see a message (the information-flow check reads this).
 enum class Visibility { Public, Private };
 
@@ -38,9 +91,13 @@ struct Message {
   MessageId source = kNoMessage;      // what it re-encodes for its model: another model's message, or none
   uint64_t variant = 0;               // the cross-model plan it was made with (0: its model's own encoding)
   // The E cache (DESIGN.md §6): by layer, each encoded token's hidden state at the input of that layer
-  // (model dim floats per token), saved while encoding at the layers where `partial` plans of other models
-  // reading this one's messages start; empty otherwise.
+  // (model dim floats per token), saved while encoding at `e_layers`: where the `partial` plans of the
+  // models that will read this message start; empty otherwise. It is charged to the tier of the message's
+  // fastest copy of KV (T0 or T1), and dropped when that tier has no room or the message leaves T1; a plan
+  // that needs a dropped E cache has the sender recompute it.
   std::map<int, std::vector<float>> e_cache;
+  std::vector<int> e_layers;
+  TierCharge e_charge;
   std::vector<model::Token> tokens;   // everything encoded, in order (a decode: header + generated)
   int start_pos = 0;                  // logical position of tokens[0] when encoded
   std::vector<PlacedParent> parents;  // what its encoding attended to (BOS excluded)

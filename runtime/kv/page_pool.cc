@@ -15,18 +15,35 @@ PagePool::PagePool(kernels::Backend& backend, const kernels::KvLayout& layout, s
 PagePool::~PagePool() = default;  // every page was released by its PageList
 
 kernels::PageId PagePool::allocate() {
-  while ((in_use_ + 1) * page_bytes() > budget_bytes_ && reclaimer_ && reclaimer_()) {
+  while (bytes_in_use() + page_bytes() > budget_bytes_ && reclaimer_ && reclaimer_()) {
   }
-  if ((in_use_ + 1) * page_bytes() > budget_bytes_) {
-    throw InputError(fmt::format("KV cache budget of {:.1f} MiB exhausted ({} pages of {:.2f} MiB in use)",
-                                 budget_bytes_ / 1048576.0, in_use_, page_bytes() / 1048576.0),
+  if (bytes_in_use() + page_bytes() > budget_bytes_) {
+    throw InputError(fmt::format("KV cache budget of {:.1f} MiB exhausted ({} pages of {:.2f} MiB in use{})",
+                                 budget_bytes_ / 1048576.0, in_use_, page_bytes() / 1048576.0,
+                                 charged_ ? fmt::format(", {:.2f} MiB of E caches", charged_ / 1048576.0) : ""),
                      "raise the cache budget (--cache-mib) or shorten the context");
   }
   const kernels::PageId page = backend_.alloc_page(page_bytes());
   ++in_use_;
-  peak_in_use_ = std::max(peak_in_use_, in_use_);
+  peak_bytes_ = std::max(peak_bytes_, bytes_in_use());
   return page;
 }
+
+bool PagePool::charge(size_t bytes) {
+  if (bytes > budget_bytes_) return false;
+  try {
+    while (bytes_in_use() + bytes > budget_bytes_ && reclaimer_ && reclaimer_()) {
+    }
+  } catch (const InputError&) {
+    return false;  // nothing can leave (the reclaimer's error is for pages the calls need; these are not)
+  }
+  if (bytes_in_use() + bytes > budget_bytes_) return false;
+  charged_ += bytes;
+  peak_bytes_ = std::max(peak_bytes_, bytes_in_use());
+  return true;
+}
+
+void PagePool::uncharge(size_t bytes) { charged_ -= std::min(bytes, charged_); }
 
 void PagePool::release(kernels::PageId page) {
   backend_.free_page(page);

@@ -28,21 +28,28 @@ class PagePool {
   /// after releasing at least one page to this pool, false when nothing can go; may throw its own error.
   void set_reclaimer(std::function<bool()> reclaimer) { reclaimer_ = std::move(reclaimer); }
   void release(kernels::PageId page);
+  /// Charges bytes held beside the pages (a message's E cache, DESIGN.md §6) to the budget, asking the
+  /// reclaimer for room first as allocate() does. False, charging nothing, when the room cannot be made.
+  bool charge(size_t bytes);
+  void uncharge(size_t bytes);
+  size_t charged_bytes() const { return charged_; }
 
   kernels::Backend& backend() const { return backend_; }
   const kernels::KvLayout& layout() const { return layout_; }
   size_t page_bytes() const { return layout_.page_bytes(); }
   size_t pages_in_use() const { return in_use_; }
-  size_t bytes_in_use() const { return in_use_ * page_bytes(); }
+  /// Pages and charged bytes.
+  size_t bytes_in_use() const { return in_use_ * page_bytes() + charged_; }
   size_t budget_bytes() const { return budget_bytes_; }
-  size_t peak_bytes() const { return peak_in_use_ * page_bytes(); }
+  size_t peak_bytes() const { return peak_bytes_; }
 
  private:
   kernels::Backend& backend_;
   kernels::KvLayout layout_;
   size_t budget_bytes_;
   size_t in_use_ = 0;
-  size_t peak_in_use_ = 0;
+  size_t charged_ = 0;
+  size_t peak_bytes_ = 0;
   std::function<bool()> reclaimer_;
 };
 

@@ -19,6 +19,13 @@ EvictionPolicy parse_eviction_policy(std::string_view name) {
   throw InputError(fmt::format("unknown eviction policy '{}'", name), "use lru or workflow");
 }
 
+bool HostTier::charge(size_t bytes) {
+  if (!fits(bytes)) return false;
+  in_use_ += bytes;
+  peak_ = std::max(peak_, in_use_);
+  return true;
+}
+
 HostCopy::HostCopy(HostTier& tier, size_t n_pages, size_t page_bytes)
     : tier_(&tier), n_pages_(n_pages), page_bytes_(page_bytes) {
   data_.reset(new std::byte[n_pages * page_bytes]);

@@ -7,6 +7,7 @@
 // leaves T0 first is the eviction policy's choice: `lru`, or `workflow` (KVFlow: the message whose next read
 // is the most steps away goes first).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -73,6 +74,18 @@ struct TierStats {
   double prefetch_wait_ms = 0;    // time calls waited for prefetches still in flight
   uint64_t recomputes = 0;        // messages recomputed because no tier held them
   uint64_t recomputed_tokens = 0;
+  // E caches (the hidden states `partial` cross-model plans start from, DESIGN.md §6), charged to the tier
+  // of their message's fastest copy of KV: T0 and T1 on every backend; not written to T2 or T3.
+  uint64_t e_saved = 0;           // E caches charged to T0 as their messages were encoded
+  uint64_t e_saved_bytes = 0;
+  uint64_t e_t1_offloads = 0;     // moved to T1 with their message's pages
+  uint64_t e_t1_offload_bytes = 0;
+  uint64_t e_t1_loads = 0;        // back to T0 with their message's pages
+  uint64_t e_t1_load_bytes = 0;
+  uint64_t e_dropped = 0;         // dropped: their tier had no room, or their message left T1 (or was released)
+  uint64_t e_dropped_bytes = 0;
+  uint64_t e_recomputed_tokens = 0;  // tokens whose E cache a plan needed and the sender recomputed
+  double e_recompute_ms = 0;
   size_t t0_peak_bytes = 0;
   size_t t1_peak_bytes = 0;
   double load_ms = 0;             // time spent loading and recomputing evicted messages
@@ -108,6 +121,9 @@ class HostTier {
   size_t bytes_in_use() const { return in_use_; }
   size_t peak_bytes() const { return peak_; }
   bool fits(size_t bytes) const { return in_use_ + bytes <= budget_; }
+  /// Charges bytes held beside the page copies (E caches); false, charging nothing, when they do not fit.
+  bool charge(size_t bytes);
+  void uncharge(size_t bytes) { in_use_ -= std::min(bytes, in_use_); }
 
  private:
   friend class HostCopy;

@@ -10,11 +10,16 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/engine/model_set.h"
+#include "runtime/exec/reuse_plan_file.h"
+#include "runtime/model/lora.h"
 #include "tests/cli_process.h"
 #include "tests/model/lora_fixtures.h"
 #include "tests/scratch_dir.h"
+#include "tests/test_models.h"
 #include "tests/test_paths.h"
 
 namespace choreo {
@@ -83,6 +88,62 @@ TEST_CASE("choreo exec: a call's \"model\" picks a --lora-modules adapter, as a 
   CHECK(bad.err.find("calls.jsonl:2:") != std::string::npos);
   CHECK(bad.err.find("'maths' is not a model of this run") != std::string::npos);
   CHECK(bad.err.find("math") != std::string::npos);
+}
+
+TEST_CASE("choreo exec: --reuse-plan reads another model's messages through a plan file's plan") {
+  const std::string binary = testing::choreo_binary();
+  const std::string model = testing::require_file(testing::default_model());
+  testing::ScratchDir scratch;
+  // The fingerprints the plan files bind to, as choreo computes them for -m and for -m with the adapter.
+  const model::Model& base = *testing::smollm2().model;
+  runtime::ModelSet set(base);
+  set.add("math", base, model::LoraStack{{{model::LoraAdapter::load(testing::math_lora(), base), 1.0f}}});
+  const int n_layers = base.config().n_layers;
+  const auto plan_file = [&](const std::string& name, uint64_t sender, uint64_t receiver,
+                             const runtime::CrossModelPlan& plan) {
+    const fs::path path = scratch.path / name;
+    std::ofstream(path) << exec::reuse_plan_json({{"fingerprint", fmt::format("{:016x}", sender)}, {"spec", "default"}},
+                                                 {{"fingerprint", fmt::format("{:016x}", receiver)}, {"spec", "math"}},
+                                                 n_layers, plan)
+                               .dump();
+    return path.string();
+  };
+  const std::string every_layer = plan_file("all.json", set[0].fingerprint, set[1].fingerprint,
+                                            runtime::CrossModelPlan::partial(0, n_layers));
+  const std::string reuse = plan_file("reuse.json", set[0].fingerprint, set[1].fingerprint,
+                                      runtime::CrossModelPlan{runtime::CrossModelPlan::Kind::Reuse});
+  const std::string stranger = plan_file("stranger.json", set[0].fingerprint, 0x1234, runtime::CrossModelPlan{});
+  const fs::path calls = scratch.path / "calls.jsonl";
+  std::ofstream(calls)
+      << R"({"op": "prefill", "id": "q", "role": "user", "text": "What is 7 times 6?"})" "\n"
+      << R"({"op": "decode", "id": "a", "parents": ["q"], "role": "assistant", "model": "math", "temperature": 0, "max_tokens": 10})" "\n";
+  const auto exec_with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{"exec", "-m", model, "--lora-modules", "math=" + testing::math_lora()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.push_back(calls.string());
+    return testing::run_process(binary, args, scratch.path);
+  };
+  const testing::ProcessResult plain = exec_with({});
+  const testing::ProcessResult all = exec_with({"--reuse-plan", every_layer});
+  const testing::ProcessResult reused = exec_with({"--reuse-plan", reuse});
+  REQUIRE(plain.exit_code == 0);
+  CAPTURE(all.err);
+  REQUIRE(all.exit_code == 0);
+  REQUIRE(reused.exit_code == 0);
+  const std::vector<json> plain_lines = lines_of(plain.out), all_lines = lines_of(all.out),
+                          reused_lines = lines_of(reused.out);
+  const json& a = by_id(plain_lines, "a");
+  // partial over every layer is recompute, token for token; reuse computes nothing across models.
+  CHECK(by_id(all_lines, "a")["tokens"] == a["tokens"]);
+  CHECK(by_id(all_lines, "a")["n_cross_model"] == a["n_cross_model"]);
+  CHECK(a["n_cross_model"].get<int>() > 0);
+  CHECK(!by_id(reused_lines, "a").contains("n_cross_model"));  // written only when nonzero
+  // A plan for a receiver the run does not have: exit 2, nothing run.
+  const testing::ProcessResult bad = exec_with({"--reuse-plan", stranger});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.out.empty());
+  CHECK(bad.err.find("stranger.json") != std::string::npos);
+  CHECK(bad.err.find("which no model of this run is") != std::string::npos);
 }
 
 TEST_CASE("choreo run: a workflow's `models:` are loaded, and --json names each call's model") {

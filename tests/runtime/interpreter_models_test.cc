@@ -173,6 +173,37 @@ TEST_CASE("workflow models: `reuse:` sets how a model reads another's messages, 
   CHECK(no_layers.find("needs `layers: [s, e]`") != std::string::npos);
 }
 
+TEST_CASE("workflow models: only the messages the plan shows a model with a partial plan reading save an E cache") {
+  // The solver (math) reads q, and the critic's b is made over q as well; n and c are read by the base alone.
+  std::string text = R"Y(
+name: ecache
+models:
+  math: {lora: MATH_LORA, reuse: {from: default, plan: partial, layers: [10, 15]}}
+agents:
+  solver: {model: math}
+  critic:
+messages:
+  q: {role: user, text: "What is 12 + 30?"}
+  n: {role: user, text: "Say hello."}
+steps:
+  - decode: {as: c, agent: critic, parents: [n], role: assistant, max_tokens: 3, temperature: 0}
+  - decode: {as: a, agent: solver, parents: [q], role: assistant, max_tokens: 3, temperature: 0}
+  - decode: {as: b, agent: critic, parents: [q, a], role: user, header: "Right?", max_tokens: 3, temperature: 0}
+output: "{{ a }}|{{ b }}|{{ c }}"
+)Y";
+  text = with_lora(text);
+  const dsl::Workflow w = dsl::parse_workflow(text, "test.yaml");
+  const exec::WorkflowModels models = exec::load_workflow_models(w, smol(), {});
+  kv::PagePool pool(smol().backend(), smol().kv_layout(16), size_t(256) << 20);
+  runtime::Engine engine(models.set, pool);
+  const exec::RunResult r = exec::run_workflow(w, engine, {});
+  const kv::TierStats s = engine.tier_stats();
+  CHECK(s.e_saved == 1);  // q alone (not the base's copy of a either: only the solver, who wrote a, reads over it)
+  CHECK(s.e_saved_bytes == message(r, "q").tokens.size() * size_t(smol().config().dim) * sizeof(float));
+  CHECK(message(r, "a").n_cross_model == int(message(r, "q").tokens.size()));
+  CHECK(s.e_recomputed_tokens == 0);
+}
+
 TEST_CASE("workflow models: the compiled plan records each call's model without loading any") {
   const dsl::plan::Plan plan = dsl::plan::compile(dsl::parse_workflow(with_lora(kPair), "test.yaml"), {});
   bool saw_a = false, saw_b = false;
