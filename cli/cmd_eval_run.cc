@@ -17,6 +17,7 @@
 
 #include "cli/common.h"
 #include "dsl/workflow_parser.h"
+#include "runtime/exec/workflow_models.h"
 #include "common/error.h"
 #include "runtime/eval/progress.h"
 #include "runtime/eval/run.h"
@@ -134,6 +135,8 @@ void run_eval_command(const EvalRunOptions& o) {
     LoadedModel lm = load_model(o.model_path, o.n_threads);
     lm.lora = o.lora.load(*lm.model);
     settings.lora = &lm.lora;
+    const exec::WorkflowModels models = exec::load_workflow_models(workflow, *lm.model, lm.lora);
+    settings.models = &models.set;
     const bool terminal = isatty(STDERR_FILENO) != 0;
     eval::Progress progress(n_pending, terminal);
     auto say = [](const std::string& text) {

@@ -181,7 +181,8 @@ EvalReport run_eval(const dsl::Workflow& workflow, const model::Model& model,
     // "Tiers"). Rows run in groups whose calls are batched across rows. No mode sees another's cache.
     kv::PagePool pool(model.backend(), model.kv_layout(settings.page_tokens, settings.k_type, settings.v_type),
                       settings.cache_bytes);
-    runtime::Engine engine(model, pool, mode, 512, settings.lora);
+    runtime::Engine engine = settings.models ? runtime::Engine(*settings.models, pool, mode, 512)
+                                             : runtime::Engine(model, pool, mode, 512, settings.lora);
     engine.set_tiers(settings.tiers);
     if (settings.store && mode == runtime::Mode::Choreo) engine.set_disk_store(settings.store);
     if (settings.remote && mode == runtime::Mode::Choreo) engine.set_remote_store(settings.remote);

@@ -37,6 +37,9 @@ struct EvalSettings {
   size_t cache_bytes = size_t(4096) << 20;  // page pool (T0) budget per mode
   store::RedisStore* remote = nullptr;     // T3 (choreo mode only); null: none
   const model::LoraStack* lora = nullptr;  // the adapters every call runs with (not owned); null: the base model
+  // The workflow's models (exec::load_workflow_models; not owned), whose model 0 is the run's model with
+  // `lora`: calls choose among them with `model:`. null: every call runs on the run's model.
+  const runtime::ModelSet* models = nullptr;
   kv::TierSettings tiers;                    // T1/T2 budgets and eviction policy (runtime/kv/tiers.h)
   // Persistent store (not owned; null = none) that choreo-mode engines read encodings from, e.g. PML modules
   // saved by `choreo encode`. Nothing is written to it. The baselines never read it: they stand for serving

@@ -250,8 +250,8 @@ class Interpreter : public dsl::plan::Executor {
     if (name.value == "default") return 0;
     if (std::optional<int> i = engine_.models().find(name.value)) return *i;
     throw error_at(name.where, fmt::format("model `{}` is not loaded", name.value),
-                   "`choreo run` and `choreo profile` load the models a workflow declares under `models:`; "
-                   "this command runs every call on one model");
+                   "`choreo run`, `choreo profile` and `choreo eval` load the models a workflow declares under "
+                   "`models:`; the engine running this workflow was made without them");
   }
 
   // ---- tokenisation ----------------------------------------------------------------------------------

@@ -19,6 +19,8 @@
 #include "runtime/eval/merge.h"
 #include "runtime/eval/progress.h"
 #include "runtime/eval/run.h"
+#include "runtime/exec/workflow_models.h"
+#include "runtime/model/synth_lora.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/store/disk_store.h"
 #include "tests/test_models.h"
@@ -124,6 +126,51 @@ std::map<std::pair<std::string, std::string>, eval::ResultRow> by_key(
   for (const eval::ResultRow& r : rows)
     CHECK_MESSAGE(out.emplace(std::pair(r.id, r.mode), r).second, r.id, r.mode);
   return out;
+}
+
+TEST_CASE("eval run: a workflow's models are loaded; each row equals a single run on an engine with them") {
+  TempDir dir;
+  model::SynthLoraSpec spec;
+  spec.first_layer = 1;
+  spec.strength = 0.2f;
+  const std::string adapter = dir.file("sibling.gguf");
+  model::write_synthetic_lora(stories(), spec, adapter);
+  const std::string text = fmt::format(R"yaml(
+name: two
+inputs: {{problem: string}}
+sampling: {{temperature: 0, max_tokens: 4}}
+models:
+  sib: {{lora: {}, reuse: {{from: default, plan: partial, layers: [2, 4]}}}}
+messages:
+  opening: {{text: "Once upon a time there was a little dog."}}
+  ask: {{text: "{{{{ problem }}}}"}}
+steps:
+  - decode: {{as: first, model: sib, header: "Then", parents: [opening, ask]}}
+  - decode: {{as: second, header: " And", parents: [opening, first]}}
+output: '{{{{ first }}}}|{{{{ second }}}} \boxed{{42}}'
+)yaml", adapter);
+  const dsl::Workflow workflow = dsl::parse_workflow(text, dir.file("two.yaml"));
+  const eval::Dataset data = eval::load_dataset(math_data(dir));
+  const exec::WorkflowModels models = exec::load_workflow_models(workflow, stories(), {});
+  eval::EvalSettings settings = two_modes();
+  settings.modes = {runtime::Mode::Choreo};
+  settings.models = &models.set;
+  const Run run = evaluate(workflow, data, dir.file("out.jsonl"), -1, {}, settings);
+  CHECK(run.report.failures.empty());
+  const auto rows = by_key(run.rows);
+  REQUIRE(rows.size() == std::size(kProblems));
+  for (size_t i = 0; i < std::size(kProblems); ++i) {
+    kv::PagePool pool(stories().backend(), stories().kv_layout(16), size_t(64) << 20);
+    runtime::Engine engine(models.set, pool);
+    const exec::RunResult alone = exec::run_workflow(workflow, engine, {{{"problem", kProblems[i]}}, {}});
+    CHECK(rows.at({fmt::format("r{}", i), "choreo"}).prediction == alone.output);
+  }
+  // Without the models, every row fails at the call naming one, and nothing is written for it.
+  settings.models = nullptr;
+  const Run without = evaluate(workflow, data, dir.file("none.jsonl"), -1, {}, settings);
+  CHECK(without.rows.empty());
+  REQUIRE(without.report.failures.size() == std::size(kProblems));
+  CHECK(without.report.failures.front().message.find("model `sib` is not loaded") != std::string::npos);
 }
 
 TEST_CASE(
