@@ -128,7 +128,7 @@ std::map<std::pair<std::string, std::string>, eval::ResultRow> by_key(
   return out;
 }
 
-TEST_CASE("eval run: a workflow's models are loaded; each row equals a single run on an engine with them") {
+TEST_CASE("eval run: a workflow's models are loaded, and each row equals a single run on an engine with them") {
   TempDir dir;
   model::SynthLoraSpec spec;
   spec.first_layer = 1;
