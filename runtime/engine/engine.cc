@@ -688,7 +688,7 @@ std::optional<kv::EvictionCandidate> Engine::candidate(kv::MessageId id, const k
   if (m.released) return c;
   // The running workflows' hints (`pin`, `priority`, `ttl`, `release`) and steps to execution. Another
   // model's encoding of a message is read when that message is, and kept as it is.
-  const kv::MessageId as = m.source != kv::kNoMessage ? m.source : id;
+  const kv::MessageId as = read_as(m);
   const std::optional<kv::Retention> hint = step_oracles_.size() ? step_oracles_.retention(as) : std::nullopt;
   if (hint && hint->pin) return std::nullopt;
   if (tiers_.policy == kv::EvictionPolicy::Workflow || (hint && hint->release))
@@ -744,8 +744,7 @@ void Engine::offload(kv::Message& m) {
   const kv::PagePool& pool = store_.pool();
   const size_t n_pages = pool.layout().pages_for(m.tokens.size());
   const size_t bytes = n_pages * pool.page_bytes();
-  if (m.host.empty() && !m.released && bytes <= host_.budget_bytes() &&
-      (host_.fits(bytes) || make_host_room(bytes, m.id))) {
+  if (m.host.empty() && !m.released && host_room(bytes, m.id)) {
     const double start = steady_ms();
     m.host = kv::HostCopy(host_, n_pages, pool.page_bytes());
     m.pages.download(n_pages, m.host.page(0));
@@ -783,8 +782,7 @@ void Engine::place_e_cache(kv::Message& m) {
     held.add(m);
     placed = m.e_charge.to_t0(store_.pool(), bytes);
   } else if (want == 1) {
-    placed = bytes <= host_.budget_bytes() && (host_.fits(bytes) || make_host_room(bytes, m.id)) &&
-             m.e_charge.to_t1(host_, bytes);
+    placed = host_room(bytes, m.id) && m.e_charge.to_t1(host_, bytes);
   }
   if (!placed) {
     m.e_cache.clear();

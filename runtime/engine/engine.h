@@ -205,6 +205,12 @@ class Engine {
   // The E-cache layers a new message of `model` saves, for the plans to the models that will read it.
   std::vector<int> e_layers_for(int model, const std::optional<std::vector<int>>& read_by) const;
   bool make_host_room(size_t bytes, kv::MessageId keep);
+  // T1 can take `bytes` now, after dropping other copies (never `keep`'s) if need be.
+  bool host_room(size_t bytes, kv::MessageId keep) {
+    return bytes <= host_.budget_bytes() && (host_.fits(bytes) || make_host_room(bytes, keep));
+  }
+  // The message whose reads m's are: another model's encoding of a message is read when that message is.
+  static kv::MessageId read_as(const kv::Message& m) { return m.source != kv::kNoMessage ? m.source : m.id; }
   bool may_write_back(const kv::Message& m, size_t bytes) const;
   // To T2, when it has room; recorded as `kind` (Offload: on eviction, Write: write-through).
   void write_back(kv::Message& m, std::vector<const std::byte*> pages,

@@ -71,9 +71,7 @@ void Engine::prefetch_due() {
     const kv::Message* m = store_.record_or_null(id);
     if (!m || m->resident() || !m->complete() || m->released || m->key == 0) continue;
     if (m->host.empty() && !(disk_ && m->on_disk) && !(remote_ && remote_->usable() && m->in_t3)) continue;
-    // Another model's encoding of a message is due when the message is (as in eviction, Engine::candidate).
-    const std::optional<size_t> steps =
-        step_oracles_.steps_to_execution(m->source != kv::kNoMessage ? m->source : id);
+    const std::optional<size_t> steps = step_oracles_.steps_to_execution(read_as(*m));
     if (steps && *steps <= tiers_.prefetch_steps) due.push_back({*steps, id});
   }
   std::sort(due.begin(), due.end());
