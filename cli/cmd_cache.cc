@@ -70,7 +70,9 @@ void note_unmarked(const store::DiskStore& disk) {
 
 std::string model_label(const store::EntryInfo& e) {
   if (e.problem != store::EntryProblem::Ok && e.meta.model_fingerprint == 0) return "?";
-  return fmt::format("{} {}", store::key_hex(e.meta.model_fingerprint), e.meta.model_name);
+  std::string label = fmt::format("{} {}", store::key_hex(e.meta.model_fingerprint), e.meta.model_name);
+  if (!e.meta.e_layers.empty()) label += fmt::format(" (E caches at layers {})", fmt::join(e.meta.e_layers, ","));
+  return label;
 }
 
 void run_ls(const CacheOptions& o) {

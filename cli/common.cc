@@ -225,6 +225,14 @@ nlohmann::ordered_json tiers_json(const TierOptions& options, const kv::TierStat
       {"e_t1_load_bytes", s.e_t1_load_bytes},
       {"e_dropped", s.e_dropped},
       {"e_dropped_bytes", s.e_dropped_bytes},
+      {"e_t2_writes", s.e_t2_writes},
+      {"e_t2_write_bytes", s.e_t2_write_bytes},
+      {"e_t3_writes", s.e_t3_writes},
+      {"e_t3_write_bytes", s.e_t3_write_bytes},
+      {"e_t2_loads", s.e_t2_loads},
+      {"e_t2_load_bytes", s.e_t2_load_bytes},
+      {"e_t3_loads", s.e_t3_loads},
+      {"e_t3_load_bytes", s.e_t3_load_bytes},
       {"e_recomputed_tokens", s.e_recomputed_tokens},
       {"e_recompute_ms", s.e_recompute_ms},
       {"recomputes", s.recomputes},
@@ -247,9 +255,10 @@ std::string tiers_line(const kv::TierStats& s) {
                                      s.prefetch_used, s.prefetch_wasted, s.prefetch_wait_ms)
                        : "") +
          (s.e_saved + s.e_recomputed_tokens
-              ? fmt::format("; E caches: {} saved ({:.1f} MiB), {} to T1 and {} back, {} dropped, {} tokens "
-                            "recomputed ({:.0f} ms)",
-                            s.e_saved, s.e_saved_bytes / 1048576.0, s.e_t1_offloads, s.e_t1_loads, s.e_dropped,
+              ? fmt::format("; E caches: {} saved ({:.1f} MiB), {} to T1 and {} back, {} to T2/T3 and {} back, {} "
+                            "dropped, {} tokens recomputed ({:.0f} ms)",
+                            s.e_saved, s.e_saved_bytes / 1048576.0, s.e_t1_offloads, s.e_t1_loads,
+                            s.e_t2_writes + s.e_t3_writes, s.e_t2_loads + s.e_t3_loads, s.e_dropped,
                             s.e_recomputed_tokens, s.e_recompute_ms)
               : "");
 }

@@ -234,6 +234,7 @@ ninja -C "$build" -j2 store_entry_fuzz
 store_corpus="$build/store-entry-corpus"
 mkdir -p "$store_corpus"
 printf 'CHOREOKV\002\000\000\000' >"$store_corpus/seed_raw"
+printf 'CHOREOKV\003\000\000\000' >"$store_corpus/seed_raw_v3"
 printf '\001abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ' >"$store_corpus/seed_structured"
 printf '\003abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ' >"$store_corpus/seed_signed"
 store_dict="$build/store-entry.dict"
@@ -241,6 +242,7 @@ cat >"$store_dict" <<'DICT'
 "CHOREOKV"
 "\x01\x00\x00\x00"
 "\x02\x00\x00\x00"
+"\x03\x00\x00\x00"
 "\xff\xff\xff\xff"
 DICT
 fuzz_run store_entry_fuzz "$store_corpus" "$store_dict" 4096 20

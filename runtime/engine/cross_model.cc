@@ -155,13 +155,23 @@ void Engine::encode_partial(kv::Message& m, const kv::Message& src, const CrossM
   m.n_encoded = n_tokens;
   const int receiver = m.model;
   const size_t dim = size_t(models_[size_t(receiver)].weights->config().dim);
+  // The sender's E caches: in memory with it, else in its T2 or T3 entry (read for this encoding only).
+  std::map<int, std::vector<float>> from_store;
   const auto saved = [&](int layer) -> const float* {
-    const auto it = src.e_cache.find(layer);
-    return it != src.e_cache.end() && it->second.size() == size_t(n_tokens) * dim ? it->second.data() : nullptr;
+    using ECache = std::map<int, std::vector<float>>;
+    for (const ECache* e : {static_cast<const ECache*>(&src.e_cache), static_cast<const ECache*>(&from_store)}) {
+      const auto it = e->find(layer);
+      if (it != e->end() && it->second.size() == size_t(n_tokens) * dim) return it->second.data();
+    }
+    return nullptr;
   };
   std::vector<int> missing;  // ascending, as the plan's ranges are
   for (const LayerRange& r : plan.ranges)
     if (r.begin < r.end && !saved(r.begin)) missing.push_back(r.begin);
+  if (!missing.empty() && src.e_stored) {
+    from_store = stored_e_cache(src, missing);
+    std::erase_if(missing, [&](int layer) { return saved(layer) != nullptr; });
+  }
   std::map<int, std::vector<float>> recomputed;
   if (!missing.empty()) {
     // No E cache (not saved, or loaded from a store without one): the sender's layers [0, last missing) run

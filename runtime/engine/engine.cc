@@ -54,9 +54,29 @@ struct Engine::Stored {
   std::vector<uint8_t> bytes;                // T3: the value read
   store::ParsedEntry parsed;                 // T3: its header, checked
   const store::EntryMeta& meta() const { return mapped ? mapped->meta() : parsed.meta; }
+  const store::ParsedEntry& entry() const { return mapped ? mapped->parsed : parsed; }
+  std::span<const uint8_t> file() const { return mapped ? mapped->file.bytes() : std::span<const uint8_t>(bytes); }
+  int tier() const { return mapped ? 2 : 3; }
 };
 
 namespace {
+/// Bytes of a message's E caches in memory.
+size_t e_cache_bytes(const kv::Message& m) {
+  size_t bytes = 0;
+  for (const auto& [layer, rows] : m.e_cache) bytes += rows.size() * sizeof(float);
+  return bytes;
+}
+
+/// The E-cache sections of an entry of m (described by meta, made by entry_meta), in meta's layer order.
+std::vector<std::span<const uint8_t>> e_section_spans(const kv::Message& m, const store::EntryMeta& meta) {
+  std::vector<std::span<const uint8_t>> out;
+  for (uint32_t layer : meta.e_layers) {
+    const std::vector<float>& rows = m.e_cache.at(int(layer));
+    out.push_back({reinterpret_cast<const uint8_t*>(rows.data()), rows.size() * sizeof(float)});
+  }
+  return out;
+}
+
 std::vector<uint64_t> fingerprints(const ModelSet& models) {
   std::vector<uint64_t> out;
   for (size_t i = 0; i < models.size(); ++i) out.push_back(models[i].fingerprint);
@@ -657,7 +677,7 @@ bool Engine::load_pages_stored(kv::Message& m) {
   try {
     Held loading(store_);
     loading.add(m);
-    ok = read_stored(*entry, m.pages);
+    ok = read_stored(*entry, m);
   } catch (...) {
     m.pages.clear();
     throw;
@@ -668,6 +688,7 @@ bool Engine::load_pages_stored(kv::Message& m) {
     ++(entry->mapped ? tier_stats_.t2_bad : tier_stats_.t3_bad);
     return false;
   }
+  place_e_cache(m);
   const uint64_t bytes = entry->meta().n_pages() * store_.pool().page_bytes();
   record(kv::TierEvent::Kind::Load, entry->mapped ? 2 : 3, m, bytes, start);
   if (entry->mapped) {
@@ -771,8 +792,7 @@ void Engine::place_e_cache(kv::Message& m) {
   const int want = m.resident() ? 0 : !m.host.empty() ? 1 : -1;
   const int had = m.e_charge.tier();
   if (want == had) return;
-  size_t bytes = 0;
-  for (const auto& [layer, rows] : m.e_cache) bytes += rows.size() * sizeof(float);
+  const size_t bytes = e_cache_bytes(m);
   // On the CPU backend both tiers are host memory: the rows stay where they are, and only the budget they
   // are charged to changes.
   m.e_charge.reset();
@@ -786,8 +806,10 @@ void Engine::place_e_cache(kv::Message& m) {
   }
   if (!placed) {
     m.e_cache.clear();
-    ++tier_stats_.e_dropped;
-    tier_stats_.e_dropped_bytes += bytes;
+    if (!m.e_stored) {  // otherwise its T2 or T3 entry still has it
+      ++tier_stats_.e_dropped;
+      tier_stats_.e_dropped_bytes += bytes;
+    }
   } else if (want == 1) {
     ++tier_stats_.e_t1_offloads;
     tier_stats_.e_t1_offload_bytes += bytes;
@@ -834,7 +856,7 @@ void Engine::write_back(kv::Message& m, std::vector<const std::byte*> pages, kv:
   // Write-back to T2: the message's own entry (its ancestors stay in memory, as records at least). An entry
   // the store cannot take (its name held by a directory) leaves the message to be recomputed; a write that
   // fails (a full disk) stops T2 writes for this engine.
-  const size_t bytes = pages.size() * store_.pool().page_bytes();
+  const size_t bytes = pages.size() * store_.pool().page_bytes() + e_cache_bytes(m);
   if (!may_write_back(m, bytes)) return;
   const double start = steady_ms();
   try {
@@ -929,6 +951,11 @@ store::EntryMeta Engine::entry_meta(const kv::Message& m, uint64_t tag) const {
   meta.agent = m.agent;
   meta.visibility = uint32_t(m.visibility);
   meta.layout = store_.pool().layout();
+  // The E caches it holds for every token (a plan's sender reads them back with the pages).
+  const size_t dim = size_t(model.weights->config().dim);
+  for (const auto& [layer, rows] : m.e_cache)
+    if (rows.size() == m.tokens.size() * dim) meta.e_layers.push_back(uint32_t(layer));
+  if (!meta.e_layers.empty()) meta.e_dim = uint32_t(dim);
   return meta;
 }
 
@@ -944,7 +971,13 @@ bool Engine::save_entry(kv::MessageId id, uint64_t tag, std::vector<const std::b
     for (size_t p = 0; p < meta.n_pages(); ++p) pages.push_back(host.data() + p * meta.page_bytes());
   }
   pages.resize(meta.n_pages());
-  return disk_->save(meta, pages);
+  if (!disk_->save(meta, pages, e_section_spans(m, meta))) return false;
+  if (!meta.e_layers.empty()) {
+    store_.record(id).e_stored = true;
+    ++tier_stats_.e_t2_writes;
+    tier_stats_.e_t2_write_bytes += meta.e_layers.size() * meta.e_section_bytes();
+  }
+  return true;
 }
 
 void Engine::share(kv::Message& m) {
@@ -952,12 +985,18 @@ void Engine::share(kv::Message& m) {
   const double start = steady_ms();
   const store::EntryMeta meta = entry_meta(m, 0);
   const std::vector<std::byte> host = m.pages.to_host(meta.n_pages());
-  std::vector<std::span<const uint8_t>> pages;
+  std::vector<std::span<const uint8_t>> body;  // the pages, then the E caches
   for (size_t i = 0; i < meta.n_pages(); ++i)
-    pages.push_back({reinterpret_cast<const uint8_t*>(host.data()) + i * meta.page_bytes(), meta.page_bytes()});
-  const std::vector<uint8_t> entry = store::encode_entry(meta, pages);
+    body.push_back({reinterpret_cast<const uint8_t*>(host.data()) + i * meta.page_bytes(), meta.page_bytes()});
+  for (std::span<const uint8_t> e : e_section_spans(m, meta)) body.push_back(e);
+  const std::vector<uint8_t> entry = store::encode_entry(meta, body);
   if (remote_->put(m.key, entry)) {
     m.in_t3 = true;
+    if (!meta.e_layers.empty()) {
+      m.e_stored = true;
+      ++tier_stats_.e_t3_writes;
+      tier_stats_.e_t3_write_bytes += meta.e_layers.size() * meta.e_section_bytes();
+    }
     record(kv::TierEvent::Kind::Write, 3, m, entry.size(), start);
     ++tier_stats_.t3_writes;
     tier_stats_.t3_write_bytes += entry.size();
@@ -1027,13 +1066,55 @@ void Engine::report_stored(const Stored& s, uint64_t key, std::string_view what)
     remote_->report_bad(key, what);
 }
 
-bool Engine::read_stored(const Stored& s, kv::PageList& pages) {
-  if (s.mapped) return disk_->read_pages(*s.mapped, pages);  // checks every page first
-  const std::optional<size_t> bad = store::copy_checked_pages(s.bytes, s.parsed, pages);
-  if (bad)
-    remote_->report_bad(s.parsed.meta.content_key,
-                        fmt::format("{} (page {})", store::describe(store::EntryProblem::PageChecksum), *bad));
-  return !bad;
+bool Engine::read_stored(const Stored& s, kv::Message& m) {
+  if (s.mapped) {
+    if (!disk_->read_pages(*s.mapped, m.pages)) return false;  // checks every page and E cache first
+  } else if (const std::optional<std::string> bad = store::copy_checked_pages(s.bytes, s.parsed, m.pages)) {
+    remote_->report_bad(s.parsed.meta.content_key, *bad);
+    return false;
+  }
+  if (!s.meta().e_layers.empty()) m.e_stored = true;
+  take_e_cache(m, store::e_sections(s.file(), s.entry(), m.e_layers), s.tier());
+  return true;
+}
+
+void Engine::take_e_cache(kv::Message& m, std::map<int, std::vector<float>> e_cache, int tier) {
+  const size_t rows = m.tokens.size() * size_t(models_[size_t(m.model)].weights->config().dim);
+  std::erase_if(e_cache, [&](const auto& layer) { return layer.second.size() != rows; });
+  if (!m.e_cache.empty() || e_cache.empty()) return;
+  m.e_cache = std::move(e_cache);
+  m.e_stored = true;
+  const size_t bytes = e_cache_bytes(m);
+  ++(tier == 2 ? tier_stats_.e_t2_loads : tier_stats_.e_t3_loads);
+  (tier == 2 ? tier_stats_.e_t2_load_bytes : tier_stats_.e_t3_load_bytes) += bytes;
+}
+
+std::map<int, std::vector<float>> Engine::stored_e_cache(const kv::Message& m, std::span<const int> layers) {
+  if (!m.e_stored || m.key == 0 || m.variant != 0) return {};
+  std::optional<Stored> entry = open_stored(m.key, m.model);
+  if (!entry || entry->meta().tokens != m.tokens || entry->meta().start_pos != m.start_pos) return {};
+  const store::ParsedEntry& parsed = entry->entry();
+  std::vector<int> found;
+  for (size_t j = 0; j < parsed.meta.e_layers.size(); ++j) {
+    const int layer = int(parsed.meta.e_layers[j]);
+    if (std::find(layers.begin(), layers.end(), layer) == layers.end()) continue;
+    if (!store::e_section_intact(entry->file(), parsed, j)) {
+      report_stored(*entry, m.key,
+                    fmt::format("{} (layer {})", store::describe(store::EntryProblem::ECacheChecksum), layer));
+      return {};
+    }
+    found.push_back(layer);
+  }
+  std::map<int, std::vector<float>> out = store::e_sections(entry->file(), parsed, found);
+  const size_t rows = m.tokens.size() * size_t(models_[size_t(m.model)].weights->config().dim);
+  std::erase_if(out, [&](const auto& layer) { return layer.second.size() != rows; });
+  if (out.empty()) return out;
+  size_t bytes = 0;
+  for (const auto& [layer, e] : out) bytes += e.size() * sizeof(float);
+  ++(entry->tier() == 2 ? tier_stats_.e_t2_loads : tier_stats_.e_t3_loads);
+  (entry->tier() == 2 ? tier_stats_.e_t2_load_bytes : tier_stats_.e_t3_load_bytes) += bytes;
+  if (entry->mapped) disk_->touch(m.key);
+  return out;
 }
 
 std::optional<kv::MessageId> Engine::load_stored(uint64_t key, int depth, int model) {
@@ -1072,7 +1153,8 @@ std::optional<kv::MessageId> Engine::load_stored(uint64_t key, int depth, int mo
   m.agent = meta.agent;
   m.visibility =
       meta.visibility == uint32_t(kv::Visibility::Private) ? kv::Visibility::Private : kv::Visibility::Public;
-  if (!read_stored(*entry, m.pages)) {
+  // Its E caches stay in the entry (e_stored): a plan that needs them reads them from there.
+  if (!read_stored(*entry, m)) {
     ++(entry->mapped ? tier_stats_.t2_bad : tier_stats_.t3_bad);
     store_.erase(m.id);
     return std::nullopt;

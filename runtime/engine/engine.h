@@ -105,6 +105,8 @@ class Engine {
   void set_repositioning(Repositioning r) { repositioning_ = r; }
   /// Position of the first parent token: 1 after the implicit BOS, 0 for models without BOS.
   int first_pos() const { return bos_.front() == kv::kNoMessage ? 0 : 1; }
+  /// The implicit BOS `model` encoded, which every call on it attends to at position 0 (kNoMessage: none).
+  kv::MessageId bos(int model) const { return bos_[size_t(model)]; }
   /// The KV tiers below T0 (the page pool's budget): the T1 budget and the eviction policy
   /// (runtime/kv/tiers.h, docs/store.md "Tiers"). When a call needs pages the pool has no room for, messages
   /// no running call uses leave T0 in policy order: to T1 when it has room, else nowhere (recomputed from
@@ -230,7 +232,15 @@ class Engine {
   // A stored entry whose header passed its checks: a mapped T2 file, or a T3 value read from Redis.
   struct Stored;
   std::optional<Stored> open_stored(uint64_t key, int model);  // T2 first, then T3
-  bool read_stored(const Stored& s, kv::PageList& pages);
+  // Reads s's pages into m's (checking every page and E-cache section first) and, when m saves E caches
+  // and holds none, the ones of its layers that s carries.
+  bool read_stored(const Stored& s, kv::Message& m);
+  // m's E caches at `layers` from its T2 or T3 entry (those it holds, each checked), or none; for a plan
+  // whose sender's E cache was dropped from memory but not from the store.
+  std::map<int, std::vector<float>> stored_e_cache(const kv::Message& m, std::span<const int> layers);
+  // Takes E caches read from a T2 or T3 entry into m (when m holds none and they are its model's), counting
+  // them as loaded from `tier`.
+  void take_e_cache(kv::Message& m, std::map<int, std::vector<float>> e_cache, int tier);
   void report_stored(const Stored& s, uint64_t key, std::string_view what);
   store::EntryMeta entry_meta(const kv::Message& m, uint64_t tag) const;
   void share(kv::Message& m);  // T3 write-through

@@ -21,8 +21,10 @@ struct Engine::Loading {
   kv::HostCopy host;                        // T1: the copy being read, held aside so T1 cannot drop it
   std::vector<kernels::Completion> copies;  // T1: one per page
   std::optional<store::MappedEntry> entry;  // T2: the entry the job reads
-  // T2, T3: reads (T3), checks and copies every page; what was wrong (nullopt: nothing; "": a T3 miss).
+  // T2, T3: reads (T3), checks and copies every page, and takes the E caches the message saves; what was
+  // wrong (nullopt: nothing; "": a T3 miss).
   std::future<std::optional<std::string>> job;
+  std::map<int, std::vector<float>> e_cache;  // T2, T3: filled by the job
   size_t bytes = 0;
   double start_ms = 0;  // when the load started (for --trace)
 

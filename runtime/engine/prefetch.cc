@@ -26,17 +26,19 @@ namespace {
 /// Prefetches in flight at once (bounded concurrency: each may be a thread reading a file).
 constexpr size_t kMaxPrefetches = 2;
 
-/// Checks every page of an entry's bytes against its checksum, then copies them into `pages` (T2 and T3
-/// prefetch jobs); what was wrong, or nullopt.
+/// Checks every page and E cache of an entry's bytes against its checksum, then copies the pages into
+/// `pages` and the E caches at `e_layers` into `e_cache` (T2 and T3 prefetch jobs); what was wrong, or
+/// nullopt.
 std::optional<std::string> copy_entry_pages(std::span<const uint8_t> bytes, const store::ParsedEntry& parsed,
-                                            const std::vector<kernels::PageId>& pages, kernels::Backend& backend) {
+                                            const std::vector<kernels::PageId>& pages, kernels::Backend& backend,
+                                            std::span<const int> e_layers, std::map<int, std::vector<float>>& e_cache) {
   if (parsed.meta.n_pages() != pages.size()) return "another page count";
-  if (const std::optional<size_t> bad = store::first_bad_page(bytes, parsed))
-    return fmt::format("{} (page {})", store::describe(store::EntryProblem::PageChecksum), *bad);
+  if (std::optional<std::string> bad = store::body_damage(bytes, parsed)) return bad;
   const size_t page_bytes = parsed.meta.page_bytes();
   std::vector<kernels::Completion> copies;
   for (size_t i = 0; i < pages.size(); ++i)
     copies.push_back(backend.copy_from_host(store::entry_page(bytes, parsed, i), pages[i], {0, page_bytes}));
+  e_cache = store::e_sections(bytes, parsed, e_layers);
   for (const kernels::Completion& c : copies) c.wait();
   return std::nullopt;
 }
@@ -124,13 +126,15 @@ bool Engine::start_prefetch(kv::Message& m, size_t steps) {
         loading->copies.push_back(backend.copy_from_host(loading->host.page(p), m.pages.pages()[p], {0, page_bytes}));
     } else if (loading->tier == 2) {
       const store::MappedEntry* entry = &*loading->entry;
-      loading->job = std::async(std::launch::async, [entry, pages = m.pages.pages(), &backend]() {
-        return copy_entry_pages(entry->file.bytes(), entry->parsed, pages, backend);
+      loading->job = std::async(std::launch::async, [entry, pages = m.pages.pages(), &backend,
+                                                     e_layers = m.e_layers, e_cache = &loading->e_cache]() {
+        return copy_entry_pages(entry->file.bytes(), entry->parsed, pages, backend, e_layers, *e_cache);
       });
     } else {
       loading->job = std::async(std::launch::async, [address = remote_->address(), key = m.key, expect,
                                                      tokens = m.tokens, start_pos = m.start_pos,
-                                                     pages = m.pages.pages(), &backend]() -> std::optional<std::string> {
+                                                     pages = m.pages.pages(), &backend, e_layers = m.e_layers,
+                                                     e_cache = &loading->e_cache]() -> std::optional<std::string> {
         std::optional<std::vector<uint8_t>> bytes;
         try {
           store::RedisStore connection(address);
@@ -142,7 +146,7 @@ bool Engine::start_prefetch(kv::Message& m, size_t steps) {
         const store::ParsedEntry parsed = store::parse_entry_for(*bytes, key, expect);
         if (parsed.problem != store::EntryProblem::Ok) return std::string(store::describe(parsed.problem));
         if (parsed.meta.tokens != tokens || parsed.meta.start_pos != start_pos) return "other tokens";
-        return copy_entry_pages(*bytes, parsed, pages, backend);
+        return copy_entry_pages(*bytes, parsed, pages, backend, e_layers, *e_cache);
       });
     }
   } catch (...) {
@@ -202,6 +206,7 @@ bool Engine::settle(kv::Message& m, CallStats* stats) {
     m.pages.clear();
     return false;
   }
+  if (loading->tier >= 2) take_e_cache(m, std::move(loading->e_cache), loading->tier);
   place_e_cache(m);
   if (loading->tier == 1) {
     ++tier_stats_.t1_hits;

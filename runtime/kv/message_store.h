@@ -93,11 +93,13 @@ struct Message {
   // The E cache (DESIGN.md §6): by layer, each encoded token's hidden state at the input of that layer
   // (model dim floats per token), saved while encoding at `e_layers`: where the `partial` plans of the
   // models that will read this message start; empty otherwise. It is charged to the tier of the message's
-  // fastest copy of KV (T0 or T1), and dropped when that tier has no room or the message leaves T1; a plan
-  // that needs a dropped E cache has the sender recompute it.
+  // fastest copy of KV (T0 or T1), and dropped from memory when that tier has no room or the message leaves
+  // T1. The message's T2 and T3 entries carry it, and loading the pages from one brings it back; a plan that
+  // needs an E cache that is nowhere has the sender recompute it.
   std::map<int, std::vector<float>> e_cache;
   std::vector<int> e_layers;
   TierCharge e_charge;
+  bool e_stored = false;              // a T2 or T3 entry of this message holds its E cache
   std::vector<model::Token> tokens;   // everything encoded, in order (a decode: header + generated)
   int start_pos = 0;                  // logical position of tokens[0] when encoded
   std::vector<PlacedParent> parents;  // what its encoding attended to (BOS excluded)

@@ -83,7 +83,15 @@ struct TierStats {
   uint64_t e_t1_loads = 0;        // back to T0 with their message's pages
   uint64_t e_t1_load_bytes = 0;
   uint64_t e_dropped = 0;         // dropped: their tier had no room, or their message left T1 (or was released)
-  uint64_t e_dropped_bytes = 0;
+  uint64_t e_dropped_bytes = 0;   //   with no copy in a T2 or T3 entry
+  uint64_t e_t2_writes = 0;       // written to T2 in their message's entry
+  uint64_t e_t2_write_bytes = 0;
+  uint64_t e_t3_writes = 0;       // written to T3 in their message's entry
+  uint64_t e_t3_write_bytes = 0;
+  uint64_t e_t2_loads = 0;        // read back from a T2 entry with their message's pages
+  uint64_t e_t2_load_bytes = 0;
+  uint64_t e_t3_loads = 0;        // read back from a T3 entry with their message's pages
+  uint64_t e_t3_load_bytes = 0;
   uint64_t e_recomputed_tokens = 0;  // tokens whose E cache a plan needed and the sender recomputed
   double e_recompute_ms = 0;
   size_t t0_peak_bytes = 0;

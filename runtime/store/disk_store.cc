@@ -215,7 +215,7 @@ void DiskStore::report(const std::string& path, std::string_view what) const {
 }
 
 bool DiskStore::save(const EntryMeta& meta_in, std::span<const std::byte* const> pages,
-                     const SaveOptions& options) {
+                     std::span<const std::span<const uint8_t>> e_sections, const SaveOptions& options) {
   claim();
   EntryMeta meta = meta_in;
   if (meta.created_unix_ms == 0) meta.created_unix_ms = unix_ms_now();
@@ -223,14 +223,23 @@ bool DiskStore::save(const EntryMeta& meta_in, std::span<const std::byte* const>
   if (pages.size() != meta.n_pages() || meta.tokens.empty())
     throw RuntimeFailure(fmt::format("store: entry {} has {} pages for {} tokens", key_hex(meta.content_key),
                                      pages.size(), meta.tokens.size()));
-  std::vector<std::span<const uint8_t>> page_spans;
+  if (e_sections.size() != meta.e_layers.size() ||
+      std::any_of(e_sections.begin(), e_sections.end(),
+                  [&](std::span<const uint8_t> e) { return e.size() != meta.e_section_bytes(); }))
+    throw RuntimeFailure(fmt::format("store: entry {} has {} E-cache sections for {} layers",
+                                     key_hex(meta.content_key), e_sections.size(), meta.e_layers.size()));
+  std::vector<std::span<const uint8_t>> body;  // the pages, then the E-cache sections
   std::vector<uint64_t> checksums;
   for (const std::byte* page : pages) {
-    page_spans.emplace_back(reinterpret_cast<const uint8_t*>(page), page_bytes);
+    body.emplace_back(reinterpret_cast<const uint8_t*>(page), page_bytes);
     checksums.push_back(XXH3_64bits(page, page_bytes));
   }
+  for (std::span<const uint8_t> e : e_sections) {
+    body.push_back(e);
+    checksums.push_back(XXH3_64bits(e.data(), e.size()));
+  }
   std::vector<uint8_t> header = encode_header(meta, checksums, auth_ ? kMacHmacSha256 : kMacNone);
-  if (auth_) sign_header(header, page_spans, *auth_);
+  if (auth_) sign_header(header, body, *auth_);
 
   const std::string final_path = entry_path(meta.content_key);
   std::optional<TemporaryFile> temp;
@@ -251,6 +260,8 @@ bool DiskStore::save(const EntryMeta& meta_in, std::span<const std::byte* const>
     if (const int pause_ms = pause_after_page_ms())
       std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
   }
+  for (std::span<const uint8_t> e : e_sections)
+    write_all_or_throw(temp->fd(), bytes_of(e.data(), e.size()), temp->path());
   bool published = false;
   {
     DirLock shared(dir_, LOCK_SH);
@@ -306,19 +317,13 @@ ParsedEntry parse_entry_for(std::span<const uint8_t> bytes, uint64_t key, const 
   return parsed;
 }
 
-std::optional<size_t> first_bad_page(std::span<const uint8_t> bytes, const ParsedEntry& parsed) {
-  for (size_t i = 0; i < parsed.meta.n_pages(); ++i)
-    if (!page_intact(bytes, parsed, i)) return i;
-  return std::nullopt;
-}
-
 const std::byte* entry_page(std::span<const uint8_t> bytes, const ParsedEntry& parsed, size_t i) {
   return reinterpret_cast<const std::byte*>(bytes.data() + parsed.pages_offset + i * parsed.meta.page_bytes());
 }
 
-std::optional<size_t> copy_checked_pages(std::span<const uint8_t> bytes, const ParsedEntry& parsed,
-                                         kv::PageList& pages) {
-  if (const std::optional<size_t> bad = first_bad_page(bytes, parsed)) return bad;
+std::optional<std::string> copy_checked_pages(std::span<const uint8_t> bytes, const ParsedEntry& parsed,
+                                              kv::PageList& pages) {
+  if (std::optional<std::string> bad = body_damage(bytes, parsed)) return bad;
   pages.reserve(int(parsed.meta.tokens.size()));
   std::vector<const std::byte*> src;
   for (size_t i = 0; i < parsed.meta.n_pages(); ++i) src.push_back(entry_page(bytes, parsed, i));
@@ -326,11 +331,23 @@ std::optional<size_t> copy_checked_pages(std::span<const uint8_t> bytes, const P
   return std::nullopt;
 }
 
+std::map<int, std::vector<float>> e_sections(std::span<const uint8_t> bytes, const ParsedEntry& parsed,
+                                             std::span<const int> layers) {
+  std::map<int, std::vector<float>> out;
+  for (size_t j = 0; j < parsed.meta.e_layers.size(); ++j) {
+    const int layer = int(parsed.meta.e_layers[j]);
+    if (std::find(layers.begin(), layers.end(), layer) == layers.end()) continue;
+    const std::span<const uint8_t> section = e_section(bytes, parsed, j);
+    std::vector<float>& rows = out[layer];
+    rows.resize(section.size() / sizeof(float));
+    std::memcpy(rows.data(), section.data(), section.size());
+  }
+  return out;
+}
+
 bool DiskStore::read_pages(const MappedEntry& entry, kv::PageList& pages) {
-  const std::optional<size_t> bad = copy_checked_pages(entry.file.bytes(), entry.parsed, pages);
-  if (bad)
-    report(entry_path(entry.meta().content_key),
-           fmt::format("{} (page {})", describe(EntryProblem::PageChecksum), *bad));
+  const std::optional<std::string> bad = copy_checked_pages(entry.file.bytes(), entry.parsed, pages);
+  if (bad) report(entry_path(entry.meta().content_key), *bad);
   return !bad;
 }
 
@@ -376,11 +393,10 @@ std::vector<EntryInfo> DiskStore::list(bool verify_pages) const {
     if (info.problem == EntryProblem::Ok && parsed.meta.content_key != *key)
       info.problem = EntryProblem::WrongKey;
     if (info.problem == EntryProblem::Ok && verify_pages) {
-      for (size_t i = 0; i < parsed.page_checksums.size(); ++i)
-        if (!page_intact(file->bytes(), parsed, i)) {
-          info.problem = EntryProblem::PageChecksum;
-          break;
-        }
+      for (size_t i = 0; i < parsed.page_checksums.size() && info.problem == EntryProblem::Ok; ++i)
+        if (!page_intact(file->bytes(), parsed, i)) info.problem = EntryProblem::PageChecksum;
+      for (size_t j = 0; j < parsed.e_checksums.size() && info.problem == EntryProblem::Ok; ++j)
+        if (!e_section_intact(file->bytes(), parsed, j)) info.problem = EntryProblem::ECacheChecksum;
     }
     if (info.problem == EntryProblem::Ok && auth_) {
       // Whether a MAC is there at all shows in the header; whether it is right takes every byte.

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <span>
@@ -53,17 +54,19 @@ EntryProblem compatibility_problem(const EntryMeta& meta, uint64_t key, const Co
 /// (compatibility_problem): `problem` is Ok, or what is wrong. Pages are not checked.
 ParsedEntry parse_entry_for(std::span<const uint8_t> entry, uint64_t key, const Compatibility& expect);
 
-/// The index of the first page of an entry that fails its checksum, or nullopt when every page is intact.
-std::optional<size_t> first_bad_page(std::span<const uint8_t> entry, const ParsedEntry& parsed);
-
 /// Where page `i` of a parsed entry's bytes starts.
 const std::byte* entry_page(std::span<const uint8_t> entry, const ParsedEntry& parsed, size_t i);
 
-/// Checks every page of an entry's bytes against its checksum, then copies them into `pages` (reserving
-/// them). Returns the index of the first page that fails (nothing is copied then), or nullopt when all were
-/// copied.
-std::optional<size_t> copy_checked_pages(std::span<const uint8_t> entry, const ParsedEntry& parsed,
-                                         kv::PageList& pages);
+/// Checks every page and E-cache section of an entry's bytes against its checksum, then copies the pages
+/// into `pages` (reserving them). Returns what failed (nothing is copied then; see body_damage), or nullopt
+/// when all were copied.
+std::optional<std::string> copy_checked_pages(std::span<const uint8_t> entry, const ParsedEntry& parsed,
+                                              kv::PageList& pages);
+
+/// The E-cache sections of a checked entry (body_damage found nothing) for those of `layers` it holds:
+/// layer -> every token's row of meta.e_dim floats.
+std::map<int, std::vector<float>> e_sections(std::span<const uint8_t> entry, const ParsedEntry& parsed,
+                                             std::span<const int> layers);
 
 /// An entry mapped from disk whose header passed every check; pages are checked as they are copied out.
 struct MappedEntry {
@@ -121,11 +124,12 @@ class DiskStore {
   size_t entries_written() const { return entries_written_; }
 
   /// Writes one entry crash-safely, replacing any entry with the same key. `pages` hold meta.n_pages() pages
-  /// of meta.page_bytes() bytes. Marks the directory first if needed (see the constructor). Returns false,
+  /// of meta.page_bytes() bytes, `e_sections` one section of meta.e_section_bytes() per meta.e_layers. Marks the directory first if needed (see the constructor). Returns false,
   /// with a warning, when the entry's name is held by a directory, which a rename cannot replace (whatever
   /// else sits at the name is replaced: a rename never follows a link). Throws RuntimeFailure on I/O errors
   /// (nothing partial becomes visible), InputError when the directory is not a store and cannot be adopted.
-  bool save(const EntryMeta& meta, std::span<const std::byte* const> pages, const SaveOptions& options = {});
+  bool save(const EntryMeta& meta, std::span<const std::byte* const> pages,
+            std::span<const std::span<const uint8_t>> e_sections = {}, const SaveOptions& options = {});
 
   /// True when a regular file sits at the entry's name (its content is not read).
   bool has_file(uint64_t key) const;
@@ -133,8 +137,9 @@ class DiskStore {
   /// The entry with this key when it exists, is a regular file, its header is intact and matches `expect`,
   /// and (when keyed) its MAC is right; otherwise nullopt (an existing but unusable file is reported once).
   std::optional<MappedEntry> open(uint64_t key, const Compatibility& expect);
-  /// Copies an opened entry's pages into `pages` (reserving them), checking each page's checksum first.
-  /// False (reported once; `pages` left holding garbage for the caller to release) on a mismatch.
+  /// Copies an opened entry's pages into `pages` (reserving them), checking the checksum of each page and E
+  /// cache section first. False (reported once; `pages` left holding garbage for the caller to release) on a
+  /// mismatch.
   bool read_pages(const MappedEntry& entry, kv::PageList& pages);
 
   /// Reports (once per file) that the entry with this key cannot be used, for reasons only the caller can

@@ -1,12 +1,12 @@
 // libFuzzer target for the persistent store's entry format (runtime/store/entry_format): parse_entry promises
 // to take any bytes without reading out of bounds. Two modes, picked by the first byte:
-// - raw: the rest is an entry file. It must parse or be refused; a parsed entry's pages must end exactly at
-//   the end of the file, and checking every page must stay in bounds.
-// - structured: the rest describes an entry (counts, strings, layout, tokens, parents), which is encoded
+// - raw: the rest is an entry file. It must parse or be refused; a parsed entry's pages and E caches must end
+//   exactly at the end of the file, and checking every page and E cache must stay in bounds.
+// - structured: the rest describes an entry (counts, strings, layout, tokens, parents, E caches), which is encoded
 //   (signed with a fixed store key when the input says so) and must parse back to the same metadata, with
 //   intact pages and a valid MAC; then one byte chosen by the input is flipped, or the file is cut, and the
-//   result must again parse or be refused, never crash, and the damage must show: in the parse, in a page
-//   checksum, or (signed) in the MAC.
+//   result must again parse or be refused, never crash, and the damage must show: in the parse, in a page or
+//   E-cache checksum, or (signed) in the MAC.
 // Checksums make random bytes rarely reach the fields past the header's checksum; the structured mode
 // reaches them.
 
@@ -56,12 +56,15 @@ bool check_parsed(std::span<const uint8_t> file, const ParsedEntry& parsed, bool
     if (describe(parsed.problem).empty()) __builtin_trap();
     return false;
   }
-  const size_t n_pages = parsed.meta.n_pages();
-  if (parsed.page_checksums.size() != n_pages) __builtin_trap();
-  if (parsed.pages_offset + n_pages * parsed.meta.page_bytes() != file.size()) __builtin_trap();
+  const size_t n_pages = parsed.meta.n_pages(), n_e = parsed.meta.e_layers.size();
+  if (parsed.page_checksums.size() != n_pages || parsed.e_checksums.size() != n_e) __builtin_trap();
+  if (parsed.e_offset != parsed.pages_offset + n_pages * parsed.meta.page_bytes()) __builtin_trap();
+  if (parsed.e_offset + n_e * parsed.meta.e_section_bytes() != file.size()) __builtin_trap();
   if (parsed.mac_offset + kMacBytes > parsed.pages_offset) __builtin_trap();
   bool intact = true;
   for (size_t i = 0; i < n_pages; ++i) intact &= page_intact(file, parsed, i);
+  for (size_t j = 0; j < n_e; ++j) intact &= e_section_intact(file, parsed, j);
+  if (intact == body_damage(file, parsed).has_value()) __builtin_trap();
   const EntryProblem mac = check_entry_mac(file, parsed, fuzz_key());
   if (mac == EntryProblem::MissingMac && parsed.mac_kind == kMacHmacSha256) __builtin_trap();
   return intact && (!keyed || mac == EntryProblem::Ok);
@@ -104,8 +107,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     sums.push_back(XXH3_64bits(pages.data() + i * page_bytes, page_bytes));
     page_spans.emplace_back(pages.data() + i * page_bytes, page_bytes);
   }
+  // E caches: an ascending subset of the layers (a bit mask), rows of e_dim floats per token.
+  const uint8_t e_mask = in.byte();
+  for (int layer = 0; layer < meta.layout.n_layers; ++layer)
+    if (e_mask & (1u << layer)) meta.e_layers.push_back(uint32_t(layer));
+  if (!meta.e_layers.empty()) meta.e_dim = 1 + in.byte() % 6;
+  std::vector<uint8_t> e_bytes(meta.e_layers.size() * meta.e_section_bytes());
+  for (uint8_t& b : e_bytes) b = in.byte();
+  for (size_t j = 0; j < meta.e_layers.size(); ++j) {
+    const uint8_t* section = e_bytes.data() + j * meta.e_section_bytes();
+    sums.push_back(XXH3_64bits(section, meta.e_section_bytes()));
+    page_spans.emplace_back(section, meta.e_section_bytes());
+  }
   std::vector<uint8_t> file = encode_entry(meta, page_spans, keyed ? &fuzz_key() : nullptr);
-  if (file.size() != header_bytes(meta) + pages.size()) __builtin_trap();
+  if (file.size() != header_bytes(meta) + pages.size() + e_bytes.size()) __builtin_trap();
 
   const ParsedEntry parsed = parse_entry(file);
   if (parsed.problem != EntryProblem::Ok) __builtin_trap();  // what encode_header wrote must read back
@@ -115,8 +130,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       m.agent != meta.agent || m.model_name != meta.model_name || m.start_pos != meta.start_pos ||
       m.visibility != meta.visibility || m.layout.page_tokens != meta.layout.page_tokens ||
       m.layout.n_layers != meta.layout.n_layers || m.layout.n_kv_heads != meta.layout.n_kv_heads ||
-      m.layout.head_dim != meta.layout.head_dim || parsed.page_checksums != sums)
+      m.layout.head_dim != meta.layout.head_dim || m.e_layers != meta.e_layers || m.e_dim != meta.e_dim)
     __builtin_trap();
+  std::vector<uint64_t> parsed_sums = parsed.page_checksums;
+  parsed_sums.insert(parsed_sums.end(), parsed.e_checksums.begin(), parsed.e_checksums.end());
+  if (parsed_sums != sums) __builtin_trap();
   if (!check_parsed(file, parsed, keyed)) __builtin_trap();
   if (parsed.mac_kind != (keyed ? kMacHmacSha256 : kMacNone)) __builtin_trap();
 
@@ -128,9 +146,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     file[where % file.size()] ^= static_cast<uint8_t>(how | 2);
   }
-  // Every header byte is checked, every page byte is under its checksum, and a signed file is under its MAC:
-  // no single flip or cut may leave a file that passes every check. (A page flip that kept its XXH3-64 would
-  // need a hash collision.)
+  // Every header byte is checked, every page and E-cache byte is under its checksum, and a signed file is
+  // under its MAC: no single flip or cut may leave a file that passes every check. (A flip that kept an
+  // XXH3-64 would need a hash collision.)
   if (check_parsed(file, parse_entry(file), keyed)) __builtin_trap();
   return 0;
 }

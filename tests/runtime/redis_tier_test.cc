@@ -34,6 +34,7 @@
 #include "tests/cli_process.h"
 #include "tests/runtime/bits.h"
 #include "tests/runtime/page_edit.h"
+#include "tests/runtime/redis_server.h"
 #include "tests/runtime/workflow_cases.h"
 #include "tests/scratch_dir.h"
 #include "tests/test_models.h"
@@ -44,62 +45,11 @@ extern char** environ;
 namespace choreo {
 namespace {
 
-constexpr const char* kPassword = "choreo-test-password";
+using testing::kRedisPassword;
+using testing::free_port;
+using testing::RedisServer;
+constexpr const char* kPassword = kRedisPassword;
 
-/// A port nothing listens on right now (the kernel's pick).
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-/// Debian's redis-server on 127.0.0.1 with a password, no persistence, in a scratch directory; stopped
-/// (SIGKILL) when this goes out of scope or on kill().
-class RedisServer {
- public:
-  RedisServer() : port_(free_port()) {
-    const std::string binary = "/usr/bin/redis-server";
-    REQUIRE_MESSAGE(access(binary.c_str(), X_OK) == 0,
-                    "redis-server is not installed: scripts/setup.sh installs it (Debian package redis-server)");
-    std::vector<std::string> args = {binary,       "--port",       std::to_string(port_), "--bind", "127.0.0.1",
-                                     "--requirepass", kPassword,   "--save",              "",       "--appendonly",
-                                     "no",         "--dir",        dir_.str(),            "--logfile", (dir_.path / "log").string()};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    REQUIRE(posix_spawn(&pid_, binary.c_str(), nullptr, nullptr, argv.data(), environ) == 0);
-    // Ready when it answers.
-    for (int i = 0;; ++i) {
-      try {
-        store::RedisStore probe({"127.0.0.1", port_, kPassword});
-        break;
-      } catch (const InputError&) {
-        REQUIRE_MESSAGE(i < 100, "redis-server did not start within 5 s");
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-    }
-  }
-  ~RedisServer() { kill(); }
-  void kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = 0;
-  }
-  int port() const { return port_; }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-
- private:
-  testing::ScratchDir dir_;
-  int port_;
-  pid_t pid_ = 0;
-};
 
 std::vector<model::Token> text(const model::Model& m, const std::string& s) { return m.vocab().tokenize(s, false); }
 

@@ -54,7 +54,7 @@ bool holds(DiskStore& disk, const SyntheticEntry& e) {
 
 void save(DiskStore& disk, const SyntheticEntry& e, const store::SaveOptions& options = {}) {
   std::vector<const std::byte*> p = e.page_pointers();
-  disk.save(e.meta, p, options);
+  disk.save(e.meta, p, {}, options);
 }
 
 std::vector<std::string> names_in(const fs::path& dir) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <optional>
 
 #include "runtime/store/cache_dir.h"
@@ -186,6 +187,135 @@ TEST_CASE(
     ScopedEnv xdg("XDG_CACHE_HOME", nullptr);
     CHECK(store::resolve_cache_dir("") == "/home/someone/.cache/choreo/store");
   }
+}
+
+/// A synthetic entry with E caches at `layers`: every token's row of `dim` floats per layer, a pure
+/// function of the key; returned as (meta, body: the pages then the E sections).
+struct EntryWithE {
+  testing::SyntheticEntry e;
+  std::vector<std::vector<float>> sections;
+  std::vector<std::span<const uint8_t>> body() const {
+    std::vector<std::span<const uint8_t>> out = page_spans(e);
+    for (const auto& s : sections) out.emplace_back(reinterpret_cast<const uint8_t*>(s.data()), s.size() * 4);
+    return out;
+  }
+};
+
+EntryWithE entry_with_e(uint64_t key, int n_tokens, std::vector<uint32_t> layers, uint32_t dim) {
+  EntryWithE out{testing::synthetic_entry(key, n_tokens, 5), {}};
+  out.e.meta.e_layers = std::move(layers);
+  out.e.meta.e_dim = dim;
+  for (uint32_t layer : out.e.meta.e_layers) {
+    std::vector<float> rows(size_t(n_tokens) * dim);
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = float(key % 97) + float(layer) * 0.5f + float(i) * 0.25f;
+    out.sections.push_back(std::move(rows));
+  }
+  return out;
+}
+
+/// Writes the header checksum of an entry again after its first `checked` bytes were edited.
+void reseal(std::vector<uint8_t>& file, size_t checked) {
+  const uint64_t sum = XXH3_64bits(file.data(), checked);
+  std::memcpy(file.data() + checked, &sum, sizeof(sum));
+}
+
+TEST_CASE("store format: E caches after the pages read back exactly, and each is covered by its checksum and the MAC") {
+  const EntryWithE w = entry_with_e(91, 7, {0, 1}, 3);
+  const std::vector<uint8_t> file = store::encode_entry(w.e.meta, w.body());
+  const size_t header = store::header_bytes(w.e.meta);
+  REQUIRE(file.size() == header + w.e.meta.n_pages() * w.e.meta.page_bytes() + 2 * 7 * 3 * 4);
+  const store::ParsedEntry parsed = store::parse_entry(file);
+  REQUIRE(parsed.problem == EntryProblem::Ok);
+  CHECK(parsed.meta.e_layers == std::vector<uint32_t>{0, 1});
+  CHECK(parsed.meta.e_dim == 3);
+  CHECK(!store::body_damage(file, parsed));
+  const int want[] = {1};
+  const std::map<int, std::vector<float>> e = store::e_sections(file, parsed, want);
+  REQUIRE(e.size() == 1);
+  CHECK(e.at(1) == w.sections[1]);
+  // Every header byte is still checked (the E layer list and checksums sit before the header checksum).
+  for (size_t i = 0; i < header; ++i) {
+    std::vector<uint8_t> bad = file;
+    bad[i] ^= 0x10;
+    CAPTURE(i);
+    CHECK(store::parse_entry(bad).problem != EntryProblem::Ok);
+  }
+  // A flipped byte in an E section names its layer; the pages stay intact.
+  for (size_t j = 0; j < 2; ++j) {
+    std::vector<uint8_t> bad = file;
+    bad[parsed.e_offset + j * parsed.meta.e_section_bytes() + 5] ^= 0x01;
+    const store::ParsedEntry p = store::parse_entry(bad);
+    REQUIRE(p.problem == EntryProblem::Ok);
+    CHECK(store::body_damage(bad, p) == fmt::format("E cache checksum mismatch (layer {})", j));
+    for (size_t i = 0; i < p.meta.n_pages(); ++i) CHECK(store::page_intact(bad, p, i));
+  }
+  // Layers out of order, or beyond the model's, are malformed even with a right header checksum.
+  const size_t checked = 128 + w.e.meta.tokens.size() * 4 + w.e.meta.parents.size() * 16 + w.e.meta.agent.size() +
+                         w.e.meta.model_name.size() + w.e.meta.n_pages() * 8 + 2 * 12;
+  const size_t layers_at = checked - 2 * 12;
+  for (const auto& [first, second] : {std::pair{1u, 0u}, std::pair{0u, 2u}, std::pair{1u, 1u}}) {
+    std::vector<uint8_t> bad = file;
+    std::memcpy(bad.data() + layers_at, &first, 4);
+    std::memcpy(bad.data() + layers_at + 4, &second, 4);
+    reseal(bad, checked);
+    CHECK(store::parse_entry(bad).problem == EntryProblem::Malformed);
+  }
+  // Signed: the MAC covers the E sections too.
+  testing::ScratchDir keys;
+  const std::string key_path = (keys.path / "key").string();
+  std::ofstream(key_path) << "0123456789abcdef0123456789abcdef";
+  ::chmod(key_path.c_str(), 0600);
+  const store::EntryAuthenticator key = store::EntryAuthenticator::from_key_file(key_path);
+  std::vector<uint8_t> signed_file = store::encode_entry(w.e.meta, w.body(), &key);
+  const store::ParsedEntry sp = store::parse_entry(signed_file);
+  REQUIRE(sp.problem == EntryProblem::Ok);
+  CHECK(store::check_entry_mac(signed_file, sp, key) == EntryProblem::Ok);
+  signed_file.back() ^= 0x01;
+  CHECK(store::check_entry_mac(signed_file, sp, key) == EntryProblem::BadMac);
+}
+
+TEST_CASE("store format: a version 2 entry (before E caches) reads as one without E caches") {
+  testing::SyntheticEntry e = testing::synthetic_entry(44, 6, 5);
+  std::vector<uint8_t> file = file_bytes(e);
+  const uint32_t v2 = 2;
+  std::memcpy(file.data() + 8, &v2, 4);
+  const size_t checked = 128 + e.meta.tokens.size() * 4 + e.meta.parents.size() * 16 + e.meta.agent.size() +
+                         e.meta.model_name.size() + e.meta.n_pages() * 8;
+  reseal(file, checked);
+  const store::ParsedEntry parsed = store::parse_entry(file);
+  REQUIRE(parsed.problem == EntryProblem::Ok);
+  CHECK(parsed.meta.e_layers.empty());
+  CHECK(parsed.meta.tokens == e.meta.tokens);
+  CHECK(!store::body_damage(file, parsed));
+  const uint32_t v1 = 1;
+  std::memcpy(file.data() + 8, &v1, 4);
+  reseal(file, checked);
+  CHECK(store::parse_entry(file).problem == EntryProblem::FormatVersion);
+}
+
+TEST_CASE("store format: a header whose sizes overflow 64 bits is malformed, never read past the file") {
+  // Two pages of 65536 tokens; the header then claims a layout whose page size is 2^63 bytes, so that the two
+  // pages wrap around to zero bytes and the file would end at the header.
+  kernels::KvLayout layout;
+  layout.page_tokens = 65536;
+  layout.n_layers = 1;
+  layout.n_kv_heads = 1;
+  layout.head_dim = 4;
+  testing::SyntheticEntry e = testing::synthetic_entry(45, 65537, 5, layout);
+  std::vector<uint8_t> file = file_bytes(e);
+  const size_t checked = 128 + e.meta.tokens.size() * 4 + e.meta.parents.size() * 16 + e.meta.agent.size() +
+                         e.meta.model_name.size() + e.meta.n_pages() * 8;
+  REQUIRE(store::parse_entry(file).problem == EntryProblem::Ok);
+  // 2^14 layers * 2^16 tokens * (K and V rows of 2^16 heads * 2^14 floats of 4 bytes) = 2^63.
+  const uint32_t n_layers = 1u << 14, n_kv_heads = 1u << 16, head_dim = 1u << 14;
+  const uint64_t page_bytes = uint64_t(1) << 63;
+  std::memcpy(file.data() + 80, &n_layers, 4);
+  std::memcpy(file.data() + 84, &n_kv_heads, 4);
+  std::memcpy(file.data() + 88, &head_dim, 4);
+  std::memcpy(file.data() + 96, &page_bytes, 8);
+  reseal(file, checked);
+  file.resize(store::header_bytes(e.meta));
+  CHECK(store::parse_entry(file).problem == EntryProblem::Malformed);
 }
 
 }  // namespace
