@@ -120,6 +120,12 @@ class Model {
   /// logits[i * n_vocab ...] for batch.logit_rows[i].
   void forward(const Batch& batch, RunState& state, float* logits) const;
 
+  /// The weights, as loaded (for fine-tuning, which dequantises them: runtime/train).
+  const kernels::Weight& token_embedding() const { return token_embd_; }
+  const kernels::Weight& output_weight() const { return output_; }
+  const std::vector<float>& output_norm() const { return output_norm_; }
+  const LayerWeights& layer(int i) const { return layers_[size_t(i)]; }
+
  private:
   Model(gguf::File file, kernels::Backend& backend);
   void load_config();
