@@ -102,6 +102,7 @@ void add_model_options(CLI::App& cmd, std::string& model_path, int& n_threads);
 
 /// Subcommand registration, one per file.
 void register_generate(CLI::App& app);
+void register_finetune(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_model(CLI::App& app);
 void register_bench(CLI::App& app);

@@ -562,6 +562,17 @@ class Interpreter : public dsl::plan::Executor {
       d.read_by = b.read_by;
       if (hooks_.exact_tokens) d.exact_tokens = hooks_.exact_tokens(b.name);
       if (hooks_.record_logits) d.record_logits = hooks_.record_logits(b.name);
+      if (hooks_.sampling) hooks_.sampling(b.name, d.sampling);
+      if (hooks_.forced_tokens)
+        if (std::optional<std::vector<model::Token>> forced = hooks_.forced_tokens(b.name)) {
+          if (forced->size() > size_t(b.max_tokens))
+            throw InputError(fmt::format("teacher forcing: decode '{}' is given {} tokens, more than its "
+                                         "max_tokens of {}",
+                                         b.name, forced->size(), b.max_tokens),
+                             "the tokens must come from a run of this workflow", where);
+          d.forced = std::move(*forced);
+          d.max_tokens = int(d.forced.size());
+        }
       if (hooks_.on_token) {
         const size_t index = requests.size();
         d.on_token = [this, index](model::Token t) { hooks_.on_token(index, t); };

@@ -88,6 +88,11 @@ struct RunHooks {
   std::function<void(size_t branch, model::Token token)> on_token;
   std::function<std::optional<int>(const std::string& name)> exact_tokens;
   std::function<bool(const std::string& name)> record_logits;  ///< keep this decode's logits (tests)
+  /// Teacher forcing (`choreo finetune train`): a decode (by its bound name) for which this gives tokens
+  /// "generates" exactly those (runtime::DecodeRequest::forced).
+  std::function<std::optional<std::vector<model::Token>>(const std::string& name)> forced_tokens;
+  /// Adjusts a decode's sampling (by its bound name) before it runs (`choreo finetune traces --temperature`).
+  std::function<void(const std::string& name, model::SamplingParams& sampling)> sampling;
   /// A run that fails hands over what it did before the error (then the error propagates): `--json` and
   /// `--trace` still write it, marked incomplete.
   std::function<void(RunResult&& partial)> on_failure;

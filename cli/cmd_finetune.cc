@@ -1,0 +1,242 @@
+// `choreo finetune` (docs/finetune.md): `traces` samples baseline traces of a workflow over rows of inputs;
+// `train` fits a LoRA adapter so that the choreographed workflow, teacher-forced to those traces, gives them
+// the highest likelihood, and writes it as a llama.cpp GGUF adapter.
+
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+
+#include "cli/common.h"
+#include "common/atomic_file.h"
+#include "common/clock.h"
+#include "common/error.h"
+#include "dsl/workflow_parser.h"
+#include "runtime/eval/results.h"
+#include "runtime/eval/selection.h"
+#include "runtime/model/synth_lora.h"
+#include "runtime/train/adapter_file.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/train/finetune.h"
+#include "runtime/train/trainer.h"
+
+namespace choreo::cli {
+
+namespace {
+
+struct TracesOptions {
+  std::string workflow_path, inputs_path, out_path, model_path, shard = "0/1";
+  std::vector<std::string> inputs, params;
+  long limit = -1;
+  float temperature = 1.0f;
+  uint64_t seed = 0;
+  int n_threads = 0;
+};
+
+struct TrainOptions {
+  std::string workflow_path, traces_path, out_path, model_path, targets = "q,k,v,o,gate,up,down";
+  int rank = 8;
+  float alpha = 16.0f;
+  int epochs = 2;
+  double lr = 1e-4;
+  double val = 0.1;
+  int accumulate = 1;
+  uint64_t seed = 0;
+  int n_threads = 0;
+  bool resume = false;
+};
+
+/// XXH3 of a file's bytes, read in pieces (a checkpoint names the traces it was trained on).
+uint64_t file_xxh3(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("cannot read {}", path));
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  std::vector<char> buffer(size_t(1) << 20);
+  while (in.read(buffer.data(), std::streamsize(buffer.size())) || in.gcount() > 0)
+    XXH3_64bits_update(state, buffer.data(), size_t(in.gcount()));
+  const uint64_t h = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return h;
+}
+
+/// A workflow that finetune can run: one model (the run's).
+dsl::Workflow load_single_model_workflow(const std::string& path) {
+  dsl::Workflow w = dsl::load_workflow(path);
+  if (!w.models.empty())
+    throw InputError(fmt::format("{}: choreo finetune trains workflows on one model; this one declares models:", path),
+                     "remove `models:` and `model:` (the adapter trained is the model every call runs with)");
+  return w;
+}
+
+void run_traces(const TracesOptions& o) {
+  if (!(o.temperature >= 0.0f) || !std::isfinite(o.temperature))
+    throw InputError(fmt::format("--temperature {} is not a finite number of at least 0", o.temperature));
+  const dsl::Workflow workflow = load_single_model_workflow(o.workflow_path);
+  const exec::RunArguments base{key_values(o.inputs, "--input"), key_values(o.params, "--param")};
+  const eval::Shard shard = eval::parse_shard(o.shard);
+  std::vector<exec::InputRow> rows = exec::read_input_rows(o.inputs_path, workflow, base);
+  if (o.limit >= 0 && size_t(o.limit) < rows.size()) rows.resize(size_t(o.limit));
+  std::vector<exec::InputRow> mine;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (eval::in_shard(i, shard)) mine.push_back(rows[i]);
+  // Resuming: rows already in the output are skipped (a torn last line is cut off and sampled again).
+  std::set<int> done;
+  for (const nlohmann::json& v : eval::read_json_lines(o.out_path, "traces file").values)
+    if (v.is_object() && v.contains("line") && v["line"].is_number_integer()) done.insert(v["line"].get<int>());
+  LoadedModel loaded = load_model(o.model_path, o.n_threads);
+  eval::LineAppender out(o.out_path, "-o");
+  size_t written = 0, skipped = 0;
+  const double start = steady_ms();
+  for (const exec::InputRow& row : mine) {
+    if (done.contains(row.line)) {
+      ++skipped;
+      continue;
+    }
+    // The paper's baseline: every call a plain prefix-cached chat call.
+    kv::PagePool pool(*loaded.backend, loaded.model->kv_layout(32), size_t(2048) << 20);
+    runtime::Engine engine(runtime::ModelSet(*loaded.model, loaded.lora), pool, runtime::Mode::Prefix);
+    const train::Trace trace = train::sample_trace(workflow, engine, row, o.temperature, o.seed);
+    out.append(train::trace_json(trace).dump() + "\n");
+    ++written;
+    std::fprintf(stderr, "traces: %zu/%zu rows (line %d: %zu calls), %.1f s\n", written + skipped, mine.size(),
+                 row.line, trace.calls.size(), (steady_ms() - start) / 1000.0);
+  }
+  std::printf("traces: %zu rows sampled, %zu already in %s\n", written, skipped, o.out_path.c_str());
+}
+
+void run_train(const TrainOptions& o) {
+  // Everything that can be wrong with the input is found before the first training step.
+  if (o.rank < 1) throw InputError(fmt::format("--rank {} is not positive", o.rank), "give --rank 1 or more");
+  if (!(o.lr > 0) || !std::isfinite(o.lr)) throw InputError(fmt::format("--lr {} is not a positive number", o.lr));
+  if (!(o.val >= 0 && o.val < 1)) throw InputError(fmt::format("--val {} is not in [0, 1)", o.val));
+  const std::vector<model::LoraTarget> targets = model::parse_lora_targets(o.targets);
+  const dsl::Workflow workflow = load_single_model_workflow(o.workflow_path);
+  LoadedModel loaded = load_model(o.model_path, o.n_threads);
+  if (!loaded.lora.empty())
+    throw InputError("choreo finetune train starts from the base model", "leave out --lora and --lora-scaled");
+  const model::Model& base = *loaded.model;
+  const std::vector<train::Trace> traces = train::read_traces(o.traces_path, base.config().n_vocab);
+  const int max_rank = std::min(base.config().dim, base.config().n_kv_heads * base.config().head_dim);
+  if (o.rank > max_rank)
+    throw InputError(fmt::format("--rank {} is larger than the model's narrowest adapted weight ({})", o.rank, max_rank));
+  check_writable(o.out_path, "-o");
+  const std::string ckpt = train::checkpoint_path(o.out_path);
+  if (o.resume && !std::filesystem::exists(ckpt))
+    throw InputError(fmt::format("--resume: no checkpoint {} to resume", ckpt),
+                     "a run writes it beside its -o after every epoch; start without --resume");
+  const train::CheckpointKey key{o.rank, o.alpha, o.targets, o.seed,
+                                 file_xxh3(o.traces_path), base.fingerprint()};
+
+  // The choreographed run of every trace, teacher-forced: its messages (structure only; the numbers are
+  // computed by the training graph).
+  std::vector<train::Example> examples;
+  for (const train::Trace& t : traces) {
+    kv::PagePool pool(*loaded.backend, base.kv_layout(32), size_t(2048) << 20);
+    runtime::Engine engine(base, pool, runtime::Mode::Choreo);
+    examples.push_back(train::trace_messages(workflow, engine, t));
+  }
+  std::vector<size_t> order(examples.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(o.seed));
+  const size_t n_val = o.val > 0 ? std::max<size_t>(1, size_t(std::llround(o.val * double(examples.size())))) : 0;
+  if (n_val >= examples.size())
+    throw InputError(fmt::format("--val {} leaves no training example of the {} traces", o.val, examples.size()),
+                     "give more traces or a smaller --val");
+  std::vector<train::Example> val_set, train_set;
+  for (size_t i = 0; i < order.size(); ++i) (i < n_val ? val_set : train_set).push_back(examples[order[i]]);
+
+  const train::FrozenModel frozen = train::FrozenModel::dequantise(base);
+  train::LoraParams<float> lora = train::LoraParams<float>::init(frozen, targets, o.rank, o.alpha, o.seed);
+  train::TrainState state;
+  if (o.resume) {
+    train::read_checkpoint(ckpt, key, lora, state);
+    std::fprintf(stderr, "finetune: resuming %s after epoch %d (%zu steps)\n", ckpt.c_str(), state.epochs_done,
+                 size_t(state.adam.steps()));
+  }
+  train::TrainSettings settings;
+  settings.epochs = o.epochs;
+  settings.accumulate = o.accumulate;
+  settings.adam.lr = o.lr;
+  settings.seed = o.seed;
+  const double before_val = train::mean_loss(frozen, lora, val_set);  // (after the resumed epochs)
+  std::fprintf(stderr, "finetune: %zu training and %zu validation traces, %zu LoRA values; validation loss %.4f/token\n",
+               train_set.size(), val_set.size(), lora.size(), before_val);
+  const double start = steady_ms();
+  double last_print = 0;
+  const bool tty = ::isatty(STDERR_FILENO);
+  train::train(
+      frozen, lora, train_set, val_set, settings, state,
+      [&](int epoch, size_t k, double loss) {
+        const double now = steady_ms();
+        if (!tty && now - last_print < 5000 && k + 1 < train_set.size()) return;
+        last_print = now;
+        std::fprintf(stderr, "%sfinetune: epoch %d/%d, %zu/%zu, loss %.4f/token, %.0f s%s", tty ? "\r\033[K" : "",
+                     epoch, o.epochs, k + 1, train_set.size(), loss, (now - start) / 1000.0, tty ? "" : "\n");
+      },
+      [&](const train::EpochReport& r) {
+        train::write_adapter(base, lora, o.out_path);  // usable now; the checkpoint then allows --resume
+        train::write_checkpoint(ckpt, key, lora, state);
+        std::fprintf(stderr, "%sfinetune: epoch %d: training loss %.4f/token, validation loss %.4f/token, "
+                     "%zu steps; wrote %s\n",
+                     tty ? "\r\033[K" : "", r.epoch, r.train_loss, r.val_loss, r.steps, o.out_path.c_str());
+      });
+  if (state.epochs_done >= o.epochs && !std::filesystem::exists(o.out_path)) train::write_adapter(base, lora, o.out_path);
+  std::printf("finetune: wrote %s (rank %d, alpha %g, %s); validation loss %.4f/token before, %.4f after\n",
+              o.out_path.c_str(), o.rank, o.alpha, o.targets.c_str(), before_val, train::mean_loss(frozen, lora, val_set));
+}
+
+void add_traces(CLI::App& group) {
+  auto o = std::make_shared<TracesOptions>();
+  CLI::App* cmd = group.add_subcommand("traces", "sample baseline (prefix-mode) traces of a workflow over rows of inputs");
+  cmd->add_option("workflow", o->workflow_path, "workflow file")->required();
+  cmd->add_option("--inputs", o->inputs_path, "rows of inputs, one JSON object per line")->required();
+  cmd->add_option("-o,--out", o->out_path, "traces file (JSON Lines; rows already in it are skipped)")->required();
+  cmd->add_option("--limit", o->limit, "the first N rows only");
+  cmd->add_option("--shard", o->shard, "I/N: rows whose index is I modulo N");
+  cmd->add_option("--temperature", o->temperature, "sampling temperature of every decode (default 1)");
+  cmd->add_option("--seed", o->seed, "seed of the sampling (with the row and the call name)");
+  add_pairs_option(*cmd, "--input", o->inputs, "KEY=VALUE: an input every row shares (a row's own wins)");
+  add_pairs_option(*cmd, "--param", o->params, "KEY=VALUE: a parameter of the workflow");
+  add_model_options(*cmd, o->model_path, o->n_threads);
+  cmd->callback([o] { run_traces(*o); });
+}
+
+void add_train(CLI::App& group) {
+  auto o = std::make_shared<TrainOptions>();
+  CLI::App* cmd = group.add_subcommand(
+      "train", "train a LoRA adapter so that the choreographed workflow reproduces baseline traces");
+  cmd->add_option("workflow", o->workflow_path, "workflow file")->required();
+  cmd->add_option("--traces", o->traces_path, "traces file from `choreo finetune traces`")->required();
+  cmd->add_option("-o,--out", o->out_path, "the adapter (GGUF), written after every epoch")->required();
+  cmd->add_option("--rank", o->rank, "LoRA rank (default 8)");
+  cmd->add_option("--alpha", o->alpha, "LoRA alpha: the product is scaled by alpha / rank (default 16)");
+  cmd->add_option("--targets", o->targets, "adapted projections, a subset of q,k,v,o,gate,up,down (default all)");
+  cmd->add_option("--epochs", o->epochs, "passes over the training traces (default 2)")->check(CLI::Range(0, 1000000));
+  cmd->add_option("--lr", o->lr, "AdamW learning rate (default 1e-4)");
+  cmd->add_option("--val", o->val, "fraction of the traces held out for the validation loss (default 0.1)");
+  cmd->add_option("--accumulate", o->accumulate, "traces per optimiser step (default 1)")->check(at_least(1));
+  cmd->add_option("--seed", o->seed, "seed of the initial A matrices, the split and the order");
+  cmd->add_flag("--resume", o->resume,
+                "continue from the checkpoint written beside -o after the last finished epoch (ADAPTER.gguf.ckpt)");
+  add_model_options(*cmd, o->model_path, o->n_threads);
+  cmd->callback([o] { run_train(*o); });
+}
+
+}  // namespace
+
+void register_finetune(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand(
+      "finetune", "LoRA distillation of a choreographed workflow from baseline traces (traces, train)");
+  cmd->require_subcommand(1);
+  add_traces(*cmd);
+  add_train(*cmd);
+}
+
+}  // namespace choreo::cli

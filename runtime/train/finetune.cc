@@ -1,0 +1,141 @@
+#include "runtime/train/finetune.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "common/error.h"
+#include "runtime/eval/results.h"
+#include "runtime/exec/interpreter.h"
+
+namespace choreo::train {
+
+nlohmann::json trace_json(const Trace& trace) {
+  nlohmann::json calls = nlohmann::json::array();
+  for (const TraceCall& c : trace.calls) calls.push_back({{"name", c.name}, {"generated", c.generated}});
+  return {{"line", trace.line},
+          {"inputs", trace.arguments.inputs},
+          {"params", trace.arguments.params},
+          {"max_steps", trace.arguments.max_steps},
+          {"calls", std::move(calls)}};
+}
+
+std::vector<Trace> read_traces(const std::string& path, int n_vocab) {
+  const eval::JsonLinesFile file = eval::read_json_lines(path, "traces file");
+  std::vector<Trace> out;
+  for (size_t i = 0; i < file.values.size(); ++i) {
+    const nlohmann::json& v = file.values[i];
+    const SourceLocation at{path, file.lines[i], 1};
+    const auto bad = [&](const std::string& what) {
+      return InputError(fmt::format("not a trace: {}", what),
+                        "traces files are written by `choreo finetune traces WF.yaml --inputs ROWS.jsonl -o T.jsonl`",
+                        at);
+    };
+    if (!v.is_object()) throw bad("the line is not a JSON object");
+    Trace t;
+    try {
+      t.line = v.at("line").get<int>();
+      t.arguments.inputs = v.at("inputs").get<std::map<std::string, std::string>>();
+      t.arguments.params = v.at("params").get<std::map<std::string, std::string>>();
+      t.arguments.max_steps = v.at("max_steps").get<int64_t>();
+      for (const nlohmann::json& c : v.at("calls")) {
+        TraceCall call{c.at("name").get<std::string>(), c.at("generated").get<std::vector<int32_t>>()};
+        for (int32_t tok : call.generated)
+          if (tok < 0 || tok >= n_vocab)
+            throw bad(fmt::format("call '{}' has token {}, outside the model's vocabulary of {}", call.name, tok,
+                                  n_vocab));
+        t.calls.push_back(std::move(call));
+      }
+    } catch (const nlohmann::json::exception& e) {
+      throw bad(e.what());
+    }
+    if (t.calls.empty()) throw bad("it has no decode calls");
+    out.push_back(std::move(t));
+  }
+  if (out.empty())
+    throw InputError(fmt::format("{}: no traces", path), "sample some with `choreo finetune traces`", {path, 1, 1});
+  return out;
+}
+
+Trace sample_trace(const dsl::Workflow& workflow, runtime::Engine& engine, const exec::InputRow& row,
+                   float temperature, uint64_t seed) {
+  exec::RunHooks hooks;
+  hooks.sampling = [&](const std::string& name, model::SamplingParams& s) {
+    s.temperature = temperature;
+    const uint64_t parts[] = {seed, uint64_t(row.line), XXH3_64bits(name.data(), name.size())};
+    s.seed = XXH3_64bits(parts, sizeof(parts));
+  };
+  const exec::RunResult r = exec::run_workflow(workflow, engine, row.arguments, hooks);
+  Trace t{row.line, row.arguments, {}};
+  for (const exec::MessageRecord& m : r.messages)
+    if (m.kind == "decode")
+      t.calls.push_back({m.name, std::vector<int32_t>(m.tokens.end() - m.n_generated, m.tokens.end())});
+  return t;
+}
+
+std::vector<GraphMessage> trace_messages(const dsl::Workflow& workflow, runtime::Engine& engine, const Trace& trace) {
+  std::map<std::string, const TraceCall*> by_name;
+  for (const TraceCall& c : trace.calls)
+    if (!by_name.emplace(c.name, &c).second)
+      throw InputError(fmt::format("trace of line {} names the call '{}' twice", trace.line, c.name));
+  std::set<std::string> missing;
+  exec::RunHooks hooks;
+  hooks.forced_tokens = [&](const std::string& name) -> std::optional<std::vector<model::Token>> {
+    const auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      missing.insert(name);
+      return std::nullopt;  // sampled as the workflow says; reported after the run
+    }
+    return it->second->generated;
+  };
+  const exec::RunResult r = exec::run_workflow(workflow, engine, trace.arguments, hooks);
+  if (!missing.empty())
+    throw InputError(fmt::format("the trace of line {} does not match the workflow: it has no call '{}'",
+                                 trace.line, *missing.begin()),
+                     "sample the traces again with this workflow (`choreo finetune traces`)");
+  std::vector<const exec::MessageRecord*> decodes;
+  for (const exec::MessageRecord& m : r.messages)
+    if (m.kind == "decode") decodes.push_back(&m);
+  for (const TraceCall& c : trace.calls)
+    if (std::none_of(decodes.begin(), decodes.end(), [&](const auto* m) { return m->name == c.name; }))
+      throw InputError(fmt::format("the trace of line {} does not match the workflow: the run made no call '{}'",
+                                   trace.line, c.name),
+                       "sample the traces again with this workflow (`choreo finetune traces`)");
+
+  // Every message the decodes read, parents first; engine ids -> graph indices.
+  std::vector<GraphMessage> out;
+  std::map<kv::MessageId, int> index;
+  const kv::MessageStore& store = engine.store();
+  const std::function<int(kv::MessageId)> add = [&](kv::MessageId id) -> int {
+    if (const auto it = index.find(id); it != index.end()) return it->second;
+    const kv::Message& m = store.record(id);
+    if (m.variant != 0 || m.model != 0)
+      throw InputError("choreo finetune trains workflows on one model (the run's); this one reads another model's messages",
+                       "remove `models:` and `model:` from the workflow");
+    GraphMessage g;
+    g.tokens = m.tokens;
+    g.start_pos = m.start_pos;
+    const kv::MessageId bos = engine.bos(m.model);
+    if (bos != kv::kNoMessage && id != bos) g.parents.push_back({add(bos), 0, -1});
+    for (const kv::PlacedParent& p : m.parents)
+      g.parents.push_back({add(p.message), p.offset, p.n_tokens >= 0 ? p.n_tokens : -1});
+    out.push_back(std::move(g));
+    return index[id] = int(out.size()) - 1;
+  };
+  for (const exec::MessageRecord* d : decodes) {
+    const int i = add(d->id);
+    GraphMessage& g = out[size_t(i)];
+    if (g.tokens.size() != d->tokens.size())
+      throw InputError(fmt::format("call '{}' of line {} was encoded with {} tokens, its record has {}", d->name,
+                                   trace.line, g.tokens.size(), d->tokens.size()));
+    g.targets.assign(g.tokens.size(), -1);
+    const size_t header = g.tokens.size() - size_t(d->n_generated);
+    for (size_t k = header; k < g.tokens.size(); ++k)
+      if (k > 0) g.targets[k - 1] = g.tokens[k];
+  }
+  return out;
+}
+
+}  // namespace choreo::train

@@ -1,0 +1,240 @@
+// `choreo finetune` end to end on stories260K (issue 13):
+// - `traces` at temperature 0 records what a prefix-mode `choreo run` generates, and resumes;
+// - `train` learns a fixed continuation: the held-out loss falls below a stated bound within a stated number
+//   of steps, and `choreo run --lora` with the adapter then generates the continuation for an input it never
+//   saw;
+// - the adapter loads in llama.cpp, which gives the same greedy continuation as choreo with it;
+// - bad input (rank 0, an empty traces file, a trace of another workflow, more tokens than a call's
+//   max_tokens, a malformed line) is exit 2 before any training step, and writes nothing.
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/model/sampler.h"
+#include "runtime/model/session.h"
+#include "tests/cli_process.h"
+#include "tests/reference/reference.h"
+#include "tests/scratch_dir.h"
+#include "tests/test_models.h"
+#include "tests/test_paths.h"
+
+namespace choreo {
+namespace {
+
+constexpr const char* kWorkflow = R"Y(name: toy
+inputs:
+  name: string
+messages:
+  story: {text: "{{ name }} went to the park."}
+steps:
+  - decode: {as: next, parents: [story], header: " Then", max_tokens: 10, temperature: 0}
+output: "{{ next }}"
+)Y";
+
+const char* kNames[] = {"Tom", "Lily", "Ben", "Sue", "Max", "Mia", "Sam", "Amy", "Tim", "Kim", "Dan", "Ann"};
+/// Ten stories260K tokens. (The story's end is not part of it: stories260K never learned to emit EOS, whose
+/// output row is untrained, so a frozen output projection cannot make it likely.)
+constexpr const char* kContinuation = " she saw a big red dog.";
+
+/// What `choreo run` printed as the workflow's output.
+std::string output_of(const std::string& out) {
+  const std::string mark = "── output\n";
+  const size_t at = out.find(mark);
+  return at == std::string::npos ? out : out.substr(at + mark.size());
+}
+
+struct Toy {
+  testing::ScratchDir dir;
+  std::string workflow = (dir.path / "toy.yaml").string();
+  std::string rows = (dir.path / "rows.jsonl").string();
+  std::string model = testing::shared_file("models/stories260K.gguf");
+  Toy() {
+    std::ofstream(workflow) << kWorkflow;
+    std::ofstream out(rows);
+    for (const char* n : kNames) out << nlohmann::json{{"name", n}}.dump() << "\n";
+  }
+  testing::ProcessResult choreo(std::vector<std::string> args) const {
+    return testing::run_process(testing::choreo_binary(), args, dir.path, {.timeout_seconds = 600});
+  }
+  /// Traces in which every row's decode generated the continuation.
+  std::string fixed_traces(const std::string& name, const std::function<void(nlohmann::json&)>& edit = {}) const {
+    const model::Model& m = *testing::stories260k().model;
+    const std::vector<int32_t> tokens = m.vocab().tokenize(kContinuation, false);
+    REQUIRE(tokens.size() == 10);
+    const std::string path = (dir.path / name).string();
+    std::ofstream out(path);
+    for (size_t i = 0; i < std::size(kNames); ++i) {
+      nlohmann::json t = {{"line", i + 1},
+                          {"inputs", {{"name", kNames[i]}}},
+                          {"params", nlohmann::json::object()},
+                          {"max_steps", 100000},
+                          {"calls", {{{"name", "next"}, {"generated", tokens}}}}};
+      if (edit) edit(t);
+      out << t.dump() << "\n";
+    }
+    return path;
+  }
+};
+
+TEST_CASE("finetune traces: at temperature 0 a trace is what a prefix-mode run generates, and a second run resumes") {
+  const Toy toy;
+  const std::string traces = (toy.dir.path / "traces.jsonl").string();
+  const auto sample = [&] {
+    return toy.choreo({"finetune", "traces", toy.workflow, "--inputs", toy.rows, "--limit", "3", "--temperature", "0",
+                       "-o", traces, "-m", toy.model});
+  };
+  const testing::ProcessResult first = sample();
+  INFO(first.err);
+  REQUIRE(first.exit_code == 0);
+  std::vector<nlohmann::json> lines;
+  {
+    std::ifstream in(traces);
+    for (std::string l; std::getline(in, l);) lines.push_back(nlohmann::json::parse(l));
+  }
+  REQUIRE(lines.size() == 3);
+  const model::Model& m = *testing::stories260k().model;
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(lines[i]["line"] == int(i + 1));
+    REQUIRE(lines[i]["calls"].size() == 1);
+    CHECK(lines[i]["calls"][0]["name"] == "next");
+    const std::vector<int32_t> generated = lines[i]["calls"][0]["generated"];
+    const testing::ProcessResult run = toy.choreo({"run", toy.workflow, "--input", std::string("name=") + kNames[i],
+                                                   "--mode", "prefix", "-m", toy.model});
+    REQUIRE(run.exit_code == 0);
+    std::vector<int32_t> visible = generated;
+    if (!visible.empty() && m.vocab().is_eog(visible.back())) visible.pop_back();
+    CHECK(output_of(run.out) == m.vocab().detokenize(visible) + "\n");
+  }
+  const testing::ProcessResult again = sample();
+  REQUIRE(again.exit_code == 0);
+  CHECK(again.out.find("0 rows sampled, 3 already") != std::string::npos);
+}
+
+TEST_CASE("finetune train: a fixed continuation is learned, generated for a new input, and llama.cpp agrees") {
+  const Toy toy;
+  const std::string traces = toy.fixed_traces("fixed.jsonl");
+  const std::string adapter = (toy.dir.path / "toy-lora.gguf").string();
+  // 12 traces, 3 held out: 9 steps per epoch, 8 epochs = 72 steps.
+  const testing::ProcessResult r =
+      toy.choreo({"finetune", "train", toy.workflow, "--traces", traces, "--rank", "4", "--alpha", "8", "--epochs", "8",
+                  "--lr", "1e-2", "--val", "0.25", "--seed", "1", "-o", adapter, "-m", toy.model});
+  INFO(r.out, r.err);
+  REQUIRE(r.exit_code == 0);
+  std::smatch match;
+  REQUIRE(std::regex_search(r.out, match, std::regex(R"(validation loss ([0-9.]+)/token before, ([0-9.]+) after)")));
+  const double before = std::stod(match[1]), after = std::stod(match[2]);
+  MESSAGE("held-out log-loss per token: ", before, " before, ", after, " after 72 steps");
+  CHECK(after < 0.25);  // the stated bound
+  CHECK(after < before / 4);
+
+  // The adapter generates the continuation for a name no trace had.
+  const testing::ProcessResult run =
+      toy.choreo({"run", toy.workflow, "--input", "name=Zed", "-m", toy.model, "--lora", adapter});
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  // (The run renders the first generated token, a lone space piece, as a space of its own.)
+  const std::string out = output_of(run.out);
+  CHECK(out.substr(out.find_first_not_of(' ')) == std::string(kContinuation).substr(1) + "\n");
+
+  // llama.cpp loads the adapter and continues the same prompt the same way, greedy.
+  const std::string prompt = "Zed went to the park. Then";
+  const std::vector<testing::ReferenceRun> ref = testing::llama_cpp_reference(toy.model, {prompt}, 10, 0, 0, {{adapter, 1.0f}});
+  REQUIRE(ref.size() == 1);
+  const model::Model& m = *testing::stories260k().model;
+  const model::LoraStack stack{{{model::LoraAdapter::load(adapter, m), 1.0f}}};
+  kv::PagePool pool(m.backend(), m.kv_layout(32), size_t(64) << 20);
+  model::Session s(m, pool);
+  s.set_lora(&stack);
+  std::vector<int32_t> tokens = m.vocab().tokenize(prompt, true, true);
+  CHECK(tokens == ref[0].tokens);
+  std::vector<float> logits;
+  s.eval(tokens, &logits);
+  std::vector<int32_t> greedy;
+  for (int i = 0; i < 10; ++i) {
+    const model::Token t = model::argmax(logits);
+    if (t == m.vocab().eos()) break;
+    greedy.push_back(t);
+    s.eval(std::span<const model::Token>(&t, 1), &logits);
+  }
+  CHECK(greedy == ref[0].greedy);
+  CHECK(m.vocab().detokenize(greedy) == kContinuation);
+}
+
+TEST_CASE("finetune train: bad input is exit 2 before any training step, and writes nothing") {
+  const Toy toy;
+  const std::string adapter = (toy.dir.path / "never.gguf").string();
+  const auto train = [&](const std::string& traces, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"finetune", "train", toy.workflow, "--traces", traces, "-o", adapter, "-m", toy.model};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return toy.choreo(args);
+  };
+  const std::string good = toy.fixed_traces("good.jsonl");
+  const std::string empty = (toy.dir.path / "empty.jsonl").string();
+  std::ofstream(empty).flush();
+  const std::string other = toy.fixed_traces("other.jsonl", [](nlohmann::json& t) { t["calls"][0]["name"] = "reply"; });
+  const std::string too_long = toy.fixed_traces("long.jsonl", [](nlohmann::json& t) {
+    for (int i = 0; i < 20; ++i) t["calls"][0]["generated"].push_back(1);
+  });
+  const std::string broken = (toy.dir.path / "broken.jsonl").string();
+  {
+    std::ofstream out(broken);
+    out << testing::read_file(good).substr(0, testing::read_file(good).find('\n') + 1) << "{\"line\": 2, \"calls\": 7}\n";
+  }
+  const struct {
+    std::string traces;
+    std::vector<std::string> extra;
+    std::string says;
+  } cases[] = {
+      {good, {"--rank", "0"}, "--rank 0 is not positive"},
+      {empty, {}, "no traces"},
+      {other, {}, "does not match the workflow"},
+      {too_long, {}, "more than its max_tokens of 10"},
+      {broken, {}, "broken.jsonl:2"},
+  };
+  for (const auto& c : cases) {
+    const testing::ProcessResult r = train(c.traces, c.extra);
+    CAPTURE(c.says);
+    INFO(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(c.says) != std::string::npos);
+    CHECK(!std::filesystem::exists(adapter));
+  }
+}
+
+TEST_CASE("finetune train: a run stopped after an epoch and resumed writes the adapter an uninterrupted run writes") {
+  const Toy toy;
+  const std::string traces = toy.fixed_traces("fixed.jsonl");
+  const auto train = [&](const std::string& out, const std::string& epochs, std::vector<std::string> extra = {},
+                         const std::string& rank = "2") {
+    std::vector<std::string> args = {"finetune", "train", toy.workflow, "--traces", traces, "--rank", rank, "--epochs",
+                                     epochs, "--lr", "1e-2", "--seed", "3", "-o", out, "-m", toy.model};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return toy.choreo(args);
+  };
+  const std::string whole = (toy.dir.path / "whole.gguf").string(), parts = (toy.dir.path / "parts.gguf").string();
+  REQUIRE(train(whole, "3").exit_code == 0);
+  REQUIRE(train(parts, "1").exit_code == 0);
+  CHECK(testing::read_file(parts) != testing::read_file(whole));
+  const testing::ProcessResult resumed = train(parts, "3", {"--resume"});
+  INFO(resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(resumed.err.find("after epoch 1") != std::string::npos);
+  CHECK(testing::read_file(parts) == testing::read_file(whole));
+  // A checkpoint of other settings is refused; so is --resume with none.
+  const testing::ProcessResult other = train(parts, "3", {"--resume"}, "3");
+  CHECK(other.exit_code == 2);
+  CHECK(other.err.find("another --rank") != std::string::npos);
+  const testing::ProcessResult none = train((toy.dir.path / "none.gguf").string(), "3", {"--resume"});
+  CHECK(none.exit_code == 2);
+  CHECK(none.err.find("no checkpoint") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace choreo
