@@ -151,6 +151,16 @@ void run_train(const TrainOptions& o) {
                      "give more traces or a smaller --val");
   std::vector<train::Example> val_set, train_set;
   for (size_t i = 0; i < order.size(); ++i) (i < n_val ? val_set : train_set).push_back(examples[order[i]]);
+  // The same held-out traces under the baseline's structure (prefix mode, the base model): the log-loss the
+  // choreographed run is trained to reach.
+  std::vector<train::Example> val_baseline;
+  for (size_t i = 0; i < n_val; ++i) {
+    kv::PagePool pool(*loaded.backend, base.kv_layout(32), size_t(2048) << 20);
+    runtime::Engine engine(base, pool, runtime::Mode::Prefix);
+    train::Example e = train::trace_messages(workflow, engine, traces[order[i]]);
+    for (train::GraphMessage& m : e) m.lora = false;
+    val_baseline.push_back(std::move(e));
+  }
 
   const train::FrozenModel frozen = train::FrozenModel::dequantise(base);
   train::LoraParams<float> lora = train::LoraParams<float>::init(frozen, targets, o.rank, o.alpha, o.seed);
@@ -165,10 +175,21 @@ void run_train(const TrainOptions& o) {
   settings.accumulate = o.accumulate;
   settings.adam.lr = o.lr;
   settings.seed = o.seed;
+  const double baseline_val = train::mean_loss(frozen, lora, val_baseline);
+  double t = steady_ms();
   const double before_val = train::mean_loss(frozen, lora, val_set);  // (after the resumed epochs)
-  std::fprintf(stderr, "finetune: %zu training and %zu validation traces, %zu LoRA values; validation loss %.4f/token\n",
-               train_set.size(), val_set.size(), lora.size(), before_val);
+  const double forward_s = (steady_ms() - t) / 1000.0;
+  size_t val_tokens = 0, train_tokens = 0;
+  for (const train::Example& e : val_set)
+    for (const train::GraphMessage& m : e) val_tokens += m.tokens.size();
+  for (const train::Example& e : train_set)
+    for (const train::GraphMessage& m : e) train_tokens += m.tokens.size();
+  std::fprintf(stderr,
+               "finetune: %zu training and %zu validation traces, %zu LoRA values; validation loss %.4f/token "
+               "(the baseline's: %.4f)\n",
+               train_set.size(), val_set.size(), lora.size(), before_val, baseline_val);
   const double start = steady_ms();
+  const int epochs_before = state.epochs_done;
   double last_print = 0;
   const bool tty = ::isatty(STDERR_FILENO);
   train::train(
@@ -188,8 +209,19 @@ void run_train(const TrainOptions& o) {
                      tty ? "\r\033[K" : "", r.epoch, r.train_loss, r.val_loss, r.steps, o.out_path.c_str());
       });
   if (state.epochs_done >= o.epochs && !std::filesystem::exists(o.out_path)) train::write_adapter(base, lora, o.out_path);
+  const double train_s = (steady_ms() - start) / 1000.0;
+  const double after_val = train::mean_loss(frozen, lora, val_set);
   std::printf("finetune: wrote %s (rank %d, alpha %g, %s); validation loss %.4f/token before, %.4f after\n",
-              o.out_path.c_str(), o.rank, o.alpha, o.targets.c_str(), before_val, train::mean_loss(frozen, lora, val_set));
+              o.out_path.c_str(), o.rank, o.alpha, o.targets.c_str(), before_val, after_val);
+  if (!val_set.empty())
+    std::printf("finetune: held-out log-loss gap to the baseline (prefix mode, %.4f/token): %+.4f before, %+.4f after\n",
+                baseline_val, before_val - baseline_val, after_val - baseline_val);
+  const int epochs_run = state.epochs_done - epochs_before;
+  if (epochs_run > 0 && train_s > 0 && forward_s > 0)
+    std::printf("finetune: training %.0f tokens/s (forward, backward and the step, with each epoch's validation pass; %zu "
+                "tokens per epoch), forward "
+                "only %.0f tokens/s\n",
+                double(train_tokens) * epochs_run / train_s, train_tokens, double(val_tokens) / forward_s);
 }
 
 void add_traces(CLI::App& group) {

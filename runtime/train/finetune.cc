@@ -104,8 +104,41 @@ std::vector<GraphMessage> trace_messages(const dsl::Workflow& workflow, runtime:
                                    trace.line, c.name),
                        "sample the traces again with this workflow (`choreo finetune traces`)");
 
-  // Every message the decodes read, parents first; engine ids -> graph indices.
   std::vector<GraphMessage> out;
+  if (engine.mode() != runtime::Mode::Choreo) {
+    // The baseline (prefix or naive mode): every decode is a plain chat call, its parents' text in list order,
+    // then its header and what it generated, after the BOS. (Prefix caching reuses identical encodings, so
+    // the numbers are those of encoding the flat prompt.)
+    std::map<std::string, const exec::MessageRecord*> by_record;
+    for (const exec::MessageRecord& m : r.messages) by_record[m.name] = &m;
+    const kv::MessageId bos_id = engine.bos(0);
+    int bos = -1;
+    if (bos_id != kv::kNoMessage) {
+      GraphMessage b;
+      b.tokens = engine.store().record(bos_id).tokens;
+      out.push_back(std::move(b));
+      bos = 0;
+    }
+    for (const exec::MessageRecord* d : decodes) {
+      GraphMessage g;
+      for (const std::string& parent : d->parents) {
+        const auto it = by_record.find(parent);
+        if (it == by_record.end())
+          throw InputError(fmt::format("call '{}' of line {} reads '{}', which the run did not record", d->name,
+                                       trace.line, parent));
+        g.tokens.insert(g.tokens.end(), it->second->tokens.begin(), it->second->tokens.end());
+      }
+      g.tokens.insert(g.tokens.end(), d->tokens.begin(), d->tokens.end());
+      g.start_pos = engine.first_pos();
+      if (bos >= 0) g.parents.push_back({bos, 0, -1});
+      g.targets.assign(g.tokens.size(), -1);
+      for (size_t k = g.tokens.size() - size_t(d->n_generated); k < g.tokens.size(); ++k)
+        if (k > 0) g.targets[k - 1] = g.tokens[k];
+      out.push_back(std::move(g));
+    }
+    return out;
+  }
+  // Every message the decodes read, parents first; engine ids -> graph indices.
   std::map<kv::MessageId, int> index;
   const kv::MessageStore& store = engine.store();
   const std::function<int(kv::MessageId)> add = [&](kv::MessageId id) -> int {

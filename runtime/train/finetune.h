@@ -42,10 +42,12 @@ std::vector<Trace> read_traces(const std::string& path, int n_vocab);
 Trace sample_trace(const dsl::Workflow& workflow, runtime::Engine& engine, const exec::InputRow& row,
                    float temperature, uint64_t seed);
 
-/// The messages of the choreographed run of `trace`: `workflow` run on `engine` (a `choreo`-mode engine on
-/// the base model) with every decode teacher-forced to the trace's tokens, then every message its decodes
-/// read (their ancestors, the implicit BOS included) in creation order, each decode's generated tokens being
-/// the targets of the logits before them. InputError when the trace does not match the workflow: a decode
+/// The messages of the run of `trace`: `workflow` run on `engine` (on the base model) with every decode
+/// teacher-forced to the trace's tokens, each decode's generated tokens being the targets of the logits before
+/// them. On a `choreo`-mode engine: every message its decodes read (their ancestors, the implicit BOS
+/// included) in creation order, each over its parents at their offsets. On a `prefix` or `naive` engine (the
+/// baseline): the BOS, then one message per decode holding its flat chat prompt (its parents' text in list
+/// order, its header) and what it generated. InputError when the trace does not match the workflow: a decode
 /// the trace lacks, a traced call the run never made, or another number of calls.
 std::vector<GraphMessage> trace_messages(const dsl::Workflow& workflow, runtime::Engine& engine, const Trace& trace);
 

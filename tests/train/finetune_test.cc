@@ -17,13 +17,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dsl/workflow_parser.h"
+#include "runtime/exec/interpreter.h"
+#include "runtime/kv/page_pool.h"
 #include "runtime/model/sampler.h"
+#include "runtime/train/finetune.h"
+#include "runtime/train/graph.h"
 #include "runtime/model/session.h"
 #include "tests/cli_process.h"
 #include "tests/reference/reference.h"
 #include "tests/scratch_dir.h"
 #include "tests/test_models.h"
 #include "tests/test_paths.h"
+#include "tests/train/train_workflows.h"
 
 namespace choreo {
 namespace {
@@ -234,6 +240,49 @@ TEST_CASE("finetune train: a run stopped after an epoch and resumed writes the a
   const testing::ProcessResult none = train((toy.dir.path / "none.gguf").string(), "3", {"--resume"});
   CHECK(none.exit_code == 2);
   CHECK(none.err.find("no checkpoint") != std::string::npos);
+}
+
+TEST_CASE("finetune: the graph of a teacher-forced run has the engine's log-loss, in choreo and in prefix mode") {
+  const model::Model& m = *testing::stories260k().model;
+  const dsl::Workflow w = dsl::parse_workflow(testing::kReorderedWorkflow, "modes.yaml");
+  train::Trace trace;
+  {
+    kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(64) << 20);
+    runtime::Engine e(m, pool, runtime::Mode::Prefix);
+    trace = train::sample_trace(w, e, {1, {}}, 1.0f, 7);  // sampled: not the model's greedy choices
+  }
+  const train::FrozenModel frozen = train::FrozenModel::dequantise(m);
+  const train::LoraParams<float> none;
+  for (const runtime::Mode mode : {runtime::Mode::Choreo, runtime::Mode::Prefix}) {
+    CAPTURE(runtime::mode_name(mode));
+    double engine_loss = 0;
+    {
+      kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(64) << 20);
+      runtime::Engine e(m, pool, mode);
+      exec::RunHooks hooks;
+      hooks.forced_tokens = [&](const std::string& name) -> std::optional<std::vector<model::Token>> {
+        for (const train::TraceCall& c : trace.calls)
+          if (c.name == name) return c.generated;
+        return std::nullopt;
+      };
+      hooks.record_logits = [](const std::string&) { return true; };
+      const exec::RunResult r = exec::run_workflow(w, e, trace.arguments, hooks);
+      for (const exec::MessageRecord& rec : r.messages) {
+        if (rec.kind != "decode") continue;
+        const std::vector<int32_t> generated(rec.tokens.end() - rec.n_generated, rec.tokens.end());
+        REQUIRE(rec.logits.size() == generated.size());
+        for (size_t i = 0; i < generated.size(); ++i)
+          engine_loss += train::cross_entropy<float>(rec.logits[i].data(), 1, m.config().n_vocab, &generated[i], nullptr);
+      }
+    }
+    kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(64) << 20);
+    runtime::Engine e(m, pool, mode);
+    train::Graph<float> g(frozen, none);
+    for (const train::GraphMessage& msg : train::trace_messages(w, e, trace)) g.add(msg);
+    const double graph_loss = g.forward();
+    MESSAGE(runtime::mode_name(mode), ": engine log-loss ", engine_loss, ", graph ", graph_loss);
+    CHECK(graph_loss == doctest::Approx(engine_loss).epsilon(1e-4));
+  }
 }
 
 }  // namespace

@@ -20,28 +20,19 @@
 #include "tests/reference/reference.h"
 #include "tests/scratch_dir.h"
 #include "tests/test_models.h"
+#include "tests/train/train_workflows.h"
 
 namespace choreo {
 namespace {
 
 using model::LoraTarget;
 
-constexpr const char* kWorkflow = R"Y(name: gradref
-messages:
-  a: {text: "Once upon a time there was a cat."}
-  b: {text: "Tom had a red ball."}
-steps:
-  - prefill: {as: "q[i]", for: "i in range(2)", text: " Question {{ i }}: who played?", parents: [a, b]}
-  - decode: {as: ans, parents: [b, a, "q[i] for i in range(2)"], header: " Then", max_tokens: 6, temperature: 0}
-  - decode: {as: more, parents: [a, ans], header: " And", max_tokens: 4, temperature: 0}
-output: "{{ more }}"
-)Y";
 
 constexpr const char* kTargetNames[] = {"q", "k", "v", "o", "gate", "up", "down"};
 
 TEST_CASE("finetune gradients: one training step's LoRA gradients equal an independent autograd implementation") {
   const model::Model& base = *testing::stories260k().model;
-  const dsl::Workflow w = dsl::parse_workflow(kWorkflow, "gradref.yaml");
+  const dsl::Workflow w = dsl::parse_workflow(testing::kReorderedWorkflow, "gradref.yaml");
   // A real baseline trace (greedy), then the choreographed run's messages, as `finetune train` builds them.
   train::Trace trace;
   {
