@@ -336,13 +336,13 @@ ParsedEntry parse_entry(std::span<const uint8_t> file) {
   p += n_pages * sizeof(uint64_t);
   m.e_dim = h.e_dim;
   m.e_layers.resize(h.n_e_layers);
-  std::memcpy(m.e_layers.data(), p, h.n_e_layers * sizeof(uint32_t));
+  if (h.n_e_layers) std::memcpy(m.e_layers.data(), p, h.n_e_layers * sizeof(uint32_t));  // (never a null memcpy)
   p += h.n_e_layers * sizeof(uint32_t);
   for (size_t j = 0; j < m.e_layers.size(); ++j)
     if (m.e_layers[j] >= h.n_layers || (j > 0 && m.e_layers[j] <= m.e_layers[j - 1]))
       return fail(EntryProblem::Malformed);  // layers are ascending and the model's
   e.e_checksums.resize(h.n_e_layers);
-  std::memcpy(e.e_checksums.data(), p, h.n_e_layers * sizeof(uint64_t));
+  if (h.n_e_layers) std::memcpy(e.e_checksums.data(), p, h.n_e_layers * sizeof(uint64_t));
   e.pages_offset = h.header_bytes;
   e.e_offset = size_t(h.header_bytes + n_pages * h.page_bytes);
   e.mac_kind = h.mac_kind;
