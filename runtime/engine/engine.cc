@@ -61,9 +61,9 @@ struct Engine::Stored {
 
 namespace {
 /// Bytes of a message's E caches in memory.
-size_t e_cache_bytes(const kv::Message& m) {
+size_t e_cache_bytes(const std::map<int, std::vector<float>>& e_cache) {
   size_t bytes = 0;
-  for (const auto& [layer, rows] : m.e_cache) bytes += rows.size() * sizeof(float);
+  for (const auto& [layer, rows] : e_cache) bytes += rows.size() * sizeof(float);
   return bytes;
 }
 
@@ -504,6 +504,20 @@ void Engine::generate(std::span<const DecodeRequest> requests, std::vector<Work>
         res.stop_reason = "length";
         continue;
       }
+      if (!r.forced.empty() && !r.record_logits && r.logprobs == 0) {
+        // Teacher forcing with nothing to record per step: every forced token at once, encoded in one pass.
+        res.stats.ttft_ms = steady_ms() - t0;
+        for (const model::Token t : r.forced) {
+          res.generated.push_back(t);
+          w.msg->tokens.push_back(t);
+          if (r.on_token) r.on_token(t);
+        }
+        res.stop_reason = "length";
+        w.want_logits = false;
+        active[i] = false;
+        any = true;
+        continue;
+      }
       const model::Token t = r.forced.empty() ? samplers[i].sample(w.logits) : r.forced[res.generated.size()];
       if (res.generated.empty()) res.stats.ttft_ms = steady_ms() - t0;
       if (r.record_logits) res.logits.push_back(w.logits);
@@ -792,7 +806,7 @@ void Engine::place_e_cache(kv::Message& m) {
   const int want = m.resident() ? 0 : !m.host.empty() ? 1 : -1;
   const int had = m.e_charge.tier();
   if (want == had) return;
-  const size_t bytes = e_cache_bytes(m);
+  const size_t bytes = e_cache_bytes(m.e_cache);
   // On the CPU backend both tiers are host memory: the rows stay where they are, and only the budget they
   // are charged to changes.
   m.e_charge.reset();
@@ -856,7 +870,7 @@ void Engine::write_back(kv::Message& m, std::vector<const std::byte*> pages, kv:
   // Write-back to T2: the message's own entry (its ancestors stay in memory, as records at least). An entry
   // the store cannot take (its name held by a directory) leaves the message to be recomputed; a write that
   // fails (a full disk) stops T2 writes for this engine.
-  const size_t bytes = pages.size() * store_.pool().page_bytes() + e_cache_bytes(m);
+  const size_t bytes = pages.size() * store_.pool().page_bytes() + e_cache_bytes(m.e_cache);
   if (!may_write_back(m, bytes)) return;
   const double start = steady_ms();
   try {
@@ -1078,15 +1092,20 @@ bool Engine::read_stored(const Stored& s, kv::Message& m) {
   return true;
 }
 
-void Engine::take_e_cache(kv::Message& m, std::map<int, std::vector<float>> e_cache, int tier) {
+bool Engine::accept_e_cache(const kv::Message& m, std::map<int, std::vector<float>>& e_cache, int tier) {
   const size_t rows = m.tokens.size() * size_t(models_[size_t(m.model)].weights->config().dim);
   std::erase_if(e_cache, [&](const auto& layer) { return layer.second.size() != rows; });
-  if (!m.e_cache.empty() || e_cache.empty()) return;
-  m.e_cache = std::move(e_cache);
-  m.e_stored = true;
-  const size_t bytes = e_cache_bytes(m);
+  if (e_cache.empty()) return false;
+  const size_t bytes = e_cache_bytes(e_cache);
   ++(tier == 2 ? tier_stats_.e_t2_loads : tier_stats_.e_t3_loads);
   (tier == 2 ? tier_stats_.e_t2_load_bytes : tier_stats_.e_t3_load_bytes) += bytes;
+  return true;
+}
+
+void Engine::take_e_cache(kv::Message& m, std::map<int, std::vector<float>> e_cache, int tier) {
+  if (!m.e_cache.empty() || !accept_e_cache(m, e_cache, tier)) return;
+  m.e_cache = std::move(e_cache);
+  m.e_stored = true;
 }
 
 std::map<int, std::vector<float>> Engine::stored_e_cache(const kv::Message& m, std::span<const int> layers) {
@@ -1106,13 +1125,7 @@ std::map<int, std::vector<float>> Engine::stored_e_cache(const kv::Message& m, s
     found.push_back(layer);
   }
   std::map<int, std::vector<float>> out = store::e_sections(entry->file(), parsed, found);
-  const size_t rows = m.tokens.size() * size_t(models_[size_t(m.model)].weights->config().dim);
-  std::erase_if(out, [&](const auto& layer) { return layer.second.size() != rows; });
-  if (out.empty()) return out;
-  size_t bytes = 0;
-  for (const auto& [layer, e] : out) bytes += e.size() * sizeof(float);
-  ++(entry->tier() == 2 ? tier_stats_.e_t2_loads : tier_stats_.e_t3_loads);
-  (entry->tier() == 2 ? tier_stats_.e_t2_load_bytes : tier_stats_.e_t3_load_bytes) += bytes;
+  if (!accept_e_cache(m, out, entry->tier())) return out;
   if (entry->mapped) disk_->touch(m.key);
   return out;
 }

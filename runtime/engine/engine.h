@@ -241,6 +241,9 @@ class Engine {
   // Takes E caches read from a T2 or T3 entry into m (when m holds none and they are its model's), counting
   // them as loaded from `tier`.
   void take_e_cache(kv::Message& m, std::map<int, std::vector<float>> e_cache, int tier);
+  // Drops the E caches not of m's shape from e_cache and counts the rest as loaded from `tier`; false when
+  // none is left.
+  bool accept_e_cache(const kv::Message& m, std::map<int, std::vector<float>>& e_cache, int tier);
   void report_stored(const Stored& s, uint64_t key, std::string_view what);
   store::EntryMeta entry_meta(const kv::Message& m, uint64_t tag) const;
   void share(kv::Message& m);  // T3 write-through

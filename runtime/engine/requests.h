@@ -70,6 +70,8 @@ struct DecodeRequest {
   std::optional<int> exact_tokens;  // generate exactly this many tokens, ignoring EOG/stop (profiling)
   // Teacher forcing: the tokens "generated" are these, in order, whatever the logits say (EOG and stop
   // strings ignored, as with exact_tokens; logits, logprobs and the message are as for sampled tokens).
+  // Without record_logits and logprobs nothing is needed per step, so the forced tokens are encoded in one
+  // pass, as a prefill is: the same message, its keys and values rounded as a prefill's (finetune's traces).
   std::vector<model::Token> forced;
   std::function<void(model::Token)> on_token;  // called with each generated token as it is drawn (streaming)
   std::string agent;
