@@ -40,7 +40,8 @@ struct TracesOptions {
 };
 
 struct TrainOptions {
-  std::string workflow_path, traces_path, out_path, model_path, targets = "q,k,v,o,gate,up,down";
+  std::string workflow_path, traces_path, val_traces_path, out_path, model_path, targets = "q,k,v,o,gate,up,down";
+  bool val_given = false;  // --val on the command line
   int rank = 8;
   float alpha = 16.0f;
   int epochs = 2;
@@ -50,6 +51,8 @@ struct TrainOptions {
   uint64_t seed = 0;
   int n_threads = 0;
   bool resume = false;
+  std::string recompute = "auto";
+  size_t activation_mib = 2048;
 };
 
 /// XXH3 of a file's bytes, read in pieces (a checkpoint names the traces it was trained on).
@@ -116,6 +119,9 @@ void run_train(const TrainOptions& o) {
   if (o.rank < 1) throw InputError(fmt::format("--rank {} is not positive", o.rank), "give --rank 1 or more");
   if (!(o.lr > 0) || !std::isfinite(o.lr)) throw InputError(fmt::format("--lr {} is not a positive number", o.lr));
   if (!(o.val >= 0 && o.val < 1)) throw InputError(fmt::format("--val {} is not in [0, 1)", o.val));
+  if (!o.val_traces_path.empty() && o.val_given)
+    throw InputError("--val and --val-traces both choose the validation traces",
+                     "give --val-traces FILE for held-out rows, or --val FRACTION to hold out part of --traces");
   const std::vector<model::LoraTarget> targets = model::parse_lora_targets(o.targets);
   const dsl::Workflow workflow = load_single_model_workflow(o.workflow_path);
   LoadedModel loaded = load_model(o.model_path, o.n_threads);
@@ -123,6 +129,8 @@ void run_train(const TrainOptions& o) {
     throw InputError("choreo finetune train starts from the base model", "leave out --lora and --lora-scaled");
   const model::Model& base = *loaded.model;
   const std::vector<train::Trace> traces = train::read_traces(o.traces_path, base.config().n_vocab);
+  const std::vector<train::Trace> val_traces =
+      o.val_traces_path.empty() ? std::vector<train::Trace>{} : train::read_traces(o.val_traces_path, base.config().n_vocab);
   const int max_rank = std::min(base.config().dim, base.config().n_kv_heads * base.config().head_dim);
   if (o.rank > max_rank)
     throw InputError(fmt::format("--rank {} is larger than the model's narrowest adapted weight ({})", o.rank, max_rank));
@@ -131,8 +139,12 @@ void run_train(const TrainOptions& o) {
   if (o.resume && !std::filesystem::exists(ckpt))
     throw InputError(fmt::format("--resume: no checkpoint {} to resume", ckpt),
                      "a run writes it beside its -o after every epoch; start without --resume");
-  const train::CheckpointKey key{o.rank, o.alpha, o.targets, o.seed,
-                                 file_xxh3(o.traces_path), base.fingerprint()};
+  uint64_t traces_hash = file_xxh3(o.traces_path);
+  if (!o.val_traces_path.empty()) {
+    const uint64_t both[2] = {traces_hash, file_xxh3(o.val_traces_path)};
+    traces_hash = XXH3_64bits(both, sizeof both);
+  }
+  const train::CheckpointKey key{o.rank, o.alpha, o.targets, o.seed, traces_hash, base.fingerprint()};
 
   // The choreographed run of every trace, teacher-forced: its messages (structure only; the numbers are
   // computed by the training graph).
@@ -142,22 +154,37 @@ void run_train(const TrainOptions& o) {
     runtime::Engine engine(base, pool, runtime::Mode::Choreo);
     examples.push_back(train::trace_messages(workflow, engine, t));
   }
-  std::vector<size_t> order(examples.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::shuffle(order.begin(), order.end(), std::mt19937_64(o.seed));
-  const size_t n_val = o.val > 0 ? std::max<size_t>(1, size_t(std::llround(o.val * double(examples.size())))) : 0;
-  if (n_val >= examples.size())
-    throw InputError(fmt::format("--val {} leaves no training example of the {} traces", o.val, examples.size()),
-                     "give more traces or a smaller --val");
+  // Validation: --val-traces (held-out rows), or a seeded fraction of --traces.
+  std::vector<const train::Trace*> val_sources;
   std::vector<train::Example> val_set, train_set;
-  for (size_t i = 0; i < order.size(); ++i) (i < n_val ? val_set : train_set).push_back(examples[order[i]]);
+  if (!val_traces.empty()) {
+    train_set = std::move(examples);
+    for (const train::Trace& t : val_traces) {
+      kv::PagePool pool(*loaded.backend, base.kv_layout(32), size_t(2048) << 20);
+      runtime::Engine engine(base, pool, runtime::Mode::Choreo);
+      val_set.push_back(train::trace_messages(workflow, engine, t));
+      val_sources.push_back(&t);
+    }
+  } else {
+    std::vector<size_t> order(examples.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(o.seed));
+    const size_t n_val = o.val > 0 ? std::max<size_t>(1, size_t(std::llround(o.val * double(examples.size())))) : 0;
+    if (n_val >= examples.size())
+      throw InputError(fmt::format("--val {} leaves no training example of the {} traces", o.val, examples.size()),
+                       "give more traces or a smaller --val");
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (i < n_val) val_sources.push_back(&traces[order[i]]);
+      (i < n_val ? val_set : train_set).push_back(examples[order[i]]);
+    }
+  }
   // The same held-out traces under the baseline's structure (prefix mode, the base model): the log-loss the
   // choreographed run is trained to reach.
   std::vector<train::Example> val_baseline;
-  for (size_t i = 0; i < n_val; ++i) {
+  for (const train::Trace* t : val_sources) {
     kv::PagePool pool(*loaded.backend, base.kv_layout(32), size_t(2048) << 20);
     runtime::Engine engine(base, pool, runtime::Mode::Prefix);
-    train::Example e = train::trace_messages(workflow, engine, traces[order[i]]);
+    train::Example e = train::trace_messages(workflow, engine, *t);
     for (train::GraphMessage& m : e) m.lora = false;
     val_baseline.push_back(std::move(e));
   }
@@ -175,6 +202,10 @@ void run_train(const TrainOptions& o) {
   settings.accumulate = o.accumulate;
   settings.adam.lr = o.lr;
   settings.seed = o.seed;
+  settings.recompute = o.recompute == "on"    ? train::TrainSettings::Recompute::On
+                       : o.recompute == "off" ? train::TrainSettings::Recompute::Off
+                                              : train::TrainSettings::Recompute::Auto;
+  settings.activation_budget = o.activation_mib << 20;
   const double baseline_val = train::mean_loss(frozen, lora, val_baseline);
   double t = steady_ms();
   const double before_val = train::mean_loss(frozen, lora, val_set);  // (after the resumed epochs)
@@ -205,8 +236,10 @@ void run_train(const TrainOptions& o) {
         train::write_adapter(base, lora, o.out_path);  // usable now; the checkpoint then allows --resume
         train::write_checkpoint(ckpt, key, lora, state);
         std::fprintf(stderr, "%sfinetune: epoch %d: training loss %.4f/token, validation loss %.4f/token, "
-                     "%zu steps; wrote %s\n",
-                     tty ? "\r\033[K" : "", r.epoch, r.train_loss, r.val_loss, r.steps, o.out_path.c_str());
+                     "%zu steps%s; wrote %s\n",
+                     tty ? "\r\033[K" : "", r.epoch, r.train_loss, r.val_loss, r.steps,
+                     r.recomputed ? fmt::format(", {} traces with activation recomputation", r.recomputed).c_str() : "",
+                     o.out_path.c_str());
       });
   if (state.epochs_done >= o.epochs && !std::filesystem::exists(o.out_path)) train::write_adapter(base, lora, o.out_path);
   const double train_s = (steady_ms() - start) / 1000.0;
@@ -252,9 +285,19 @@ void add_train(CLI::App& group) {
   cmd->add_option("--targets", o->targets, "adapted projections, a subset of q,k,v,o,gate,up,down (default all)");
   cmd->add_option("--epochs", o->epochs, "passes over the training traces (default 2)")->check(CLI::Range(0, 1000000));
   cmd->add_option("--lr", o->lr, "AdamW learning rate (default 1e-4)");
-  cmd->add_option("--val", o->val, "fraction of the traces held out for the validation loss (default 0.1)");
+  cmd->add_option("--val", o->val, "fraction of the traces held out for the validation loss (default 0.1)")
+      ->each([o](const std::string&) { o->val_given = true; });
+  cmd->add_option("--val-traces", o->val_traces_path,
+                  "validation traces from another file (rows held out of --traces) instead of --val");
   cmd->add_option("--accumulate", o->accumulate, "traces per optimiser step (default 1)")->check(at_least(1));
   cmd->add_option("--seed", o->seed, "seed of the initial A matrices, the split and the order");
+  cmd->add_option("--recompute", o->recompute,
+                  "activation recomputation: keep only each layer's input and compute the rest again in the backward "
+                  "pass (auto: for traces whose activations exceed --activation-mib; default auto)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  cmd->add_option("--activation-mib", o->activation_mib,
+                  "activation memory of one trace above which --recompute auto recomputes (default 2048)")
+      ->check(CLI::Range(size_t(1), size_t(1) << 30));
   cmd->add_flag("--resume", o->resume,
                 "continue from the checkpoint written beside -o after the last finished epoch (ADAPTER.gguf.ckpt)");
   add_model_options(*cmd, o->model_path, o->n_threads);

@@ -199,12 +199,68 @@ std::vector<Segment<T>> Graph<T>::segments(size_t i, int layer) const {
 }
 
 template <class T>
-double Graph<T>::forward() {
+void Graph<T>::layer_forward(size_t i, int l, LayerActs& a, std::vector<T>& x) const {
   const model::LlamaConfig& c = model_.config;
   const kernels::RopeParams rope = model_.rope_params();
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, rope};
+  const size_t q_dim = size_t(c.n_heads) * c.head_dim, ffn = size_t(c.ffn_dim);
+  const GraphMessage& m = messages_[i];
+  const Acts& acts = acts_[i];
+  const int n = int(m.tokens.size());
+  const FrozenModel::Layer& L = model_.layers[size_t(l)];
+  const auto run = [&](model::LoraTarget t, const T* in, std::vector<T>& out) {
+    const LinearParams<T> p = linear_of(model_, lora_, m.lora, l, t);
+    out.assign(size_t(n) * size_t(p.n_out), T(0));
+    std::vector<T>& xa = a.xa[size_t(t)];
+    xa.assign(p.rank ? size_t(n) * size_t(p.rank) : 0, T(0));
+    linear_forward(p, in, n, out.data(), p.rank ? xa.data() : nullptr);
+  };
+  a.xn.resize(x.size());
+  rmsnorm_forward(x.data(), L.attn_norm.data(), n, c.dim, c.rms_eps, a.xn.data());
+  run(model::LoraTarget::Q, a.xn.data(), a.q);
+  run(model::LoraTarget::K, a.xn.data(), a.k);
+  run(model::LoraTarget::V, a.xn.data(), a.v);
+  rope_rotate(a.k.data(), n, c.n_kv_heads, c.head_dim, acts.positions.data(), rope, false);
+  a.att.assign(size_t(n) * q_dim, T(0));
+  a.lse.assign(size_t(n) * c.n_heads, T(0));
+  const std::vector<Segment<T>> segs = segments(i, l);
+  attention_forward<T>(shape, a.q.data(), acts.positions.data(), n, segs, a.att.data(), a.lse.data());
+  std::vector<T> o;
+  run(model::LoraTarget::O, a.att.data(), o);
+  for (size_t k = 0; k < x.size(); ++k) x[k] += o[k];
+  a.x_mid = x;
+  a.xn2.resize(x.size());
+  rmsnorm_forward(x.data(), L.ffn_norm.data(), n, c.dim, c.rms_eps, a.xn2.data());
+  run(model::LoraTarget::Gate, a.xn2.data(), a.g);
+  run(model::LoraTarget::Up, a.xn2.data(), a.u);
+  a.h.resize(size_t(n) * ffn);
+  swiglu_forward(a.g.data(), a.u.data(), a.h.size(), a.h.data());
+  std::vector<T> d;
+  run(model::LoraTarget::Down, a.h.data(), d);
+  for (size_t k = 0; k < x.size(); ++k) x[k] += d[k];
+}
+
+template <class T>
+void Graph<T>::LayerActs::drop_intermediates() {
+  for (std::vector<T>* v : {&xn, &q, &att, &lse, &x_mid, &xn2, &g, &u, &h}) std::vector<T>().swap(*v);
+  for (std::vector<T>& v : xa) std::vector<T>().swap(v);
+}
+
+template <class T>
+size_t Graph<T>::activation_bytes(const FrozenModel& model, int rank, size_t tokens, bool recompute) {
+  const model::LlamaConfig& c = model.config;
   const size_t dim = size_t(c.dim), q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = size_t(c.n_kv_heads) * c.head_dim;
-  const size_t ffn = size_t(c.ffn_dim);
+  // Always: the layer's input, k and v (later messages read them) and their gradients.
+  size_t per_layer = dim + 4 * kv_dim;
+  if (!recompute)
+    per_layer += 3 * dim + 2 * q_dim + size_t(c.n_heads) + 3 * size_t(c.ffn_dim) + size_t(kLayerTargets) * size_t(rank);
+  return tokens * (per_layer * size_t(c.n_layers) + dim) * sizeof(T);
+}
+
+template <class T>
+double Graph<T>::forward() {
+  const model::LlamaConfig& c = model_.config;
+  const size_t dim = size_t(c.dim), kv_dim = size_t(c.n_kv_heads) * c.head_dim;
   acts_.assign(messages_.size(), {});
   double loss = 0;
   for (size_t i = 0; i < messages_.size(); ++i) {
@@ -216,42 +272,13 @@ double Graph<T>::forward() {
     std::vector<T> x(size_t(n) * dim);
     embedding_forward<T>(model_.token_embd.data(), c.dim, m.tokens, x.data());
     acts.layers.resize(size_t(c.n_layers));
-    const auto run = [&](LayerActs& a, int l, model::LoraTarget t, const T* in, std::vector<T>& out) {
-      const LinearParams<T> p = linear_of(model_, lora_, m.lora, l, t);
-      out.assign(size_t(n) * size_t(p.n_out), T(0));
-      std::vector<T>& xa = a.xa[size_t(t)];
-      xa.assign(p.rank ? size_t(n) * size_t(p.rank) : 0, T(0));
-      linear_forward(p, in, n, out.data(), p.rank ? xa.data() : nullptr);
-    };
     for (int l = 0; l < c.n_layers; ++l) {
       LayerActs& a = acts.layers[size_t(l)];
-      const FrozenModel::Layer& L = model_.layers[size_t(l)];
       a.x_in = x;
-      a.xn.resize(x.size());
-      rmsnorm_forward(x.data(), L.attn_norm.data(), n, c.dim, c.rms_eps, a.xn.data());
-      run(a, l, model::LoraTarget::Q, a.xn.data(), a.q);
-      run(a, l, model::LoraTarget::K, a.xn.data(), a.k);
-      run(a, l, model::LoraTarget::V, a.xn.data(), a.v);
-      rope_rotate(a.k.data(), n, c.n_kv_heads, c.head_dim, acts.positions.data(), rope, false);
       a.dk.assign(size_t(n) * kv_dim, T(0));
       a.dv.assign(size_t(n) * kv_dim, T(0));
-      a.att.assign(size_t(n) * q_dim, T(0));
-      a.lse.assign(size_t(n) * c.n_heads, T(0));
-      const std::vector<Segment<T>> segs = segments(i, l);
-      attention_forward<T>(shape, a.q.data(), acts.positions.data(), n, segs, a.att.data(), a.lse.data());
-      std::vector<T> o;
-      run(a, l, model::LoraTarget::O, a.att.data(), o);
-      for (size_t k = 0; k < x.size(); ++k) x[k] += o[k];
-      a.x_mid = x;
-      a.xn2.resize(x.size());
-      rmsnorm_forward(x.data(), L.ffn_norm.data(), n, c.dim, c.rms_eps, a.xn2.data());
-      run(a, l, model::LoraTarget::Gate, a.xn2.data(), a.g);
-      run(a, l, model::LoraTarget::Up, a.xn2.data(), a.u);
-      a.h.resize(size_t(n) * ffn);
-      swiglu_forward(a.g.data(), a.u.data(), a.h.size(), a.h.data());
-      std::vector<T> d;
-      run(a, l, model::LoraTarget::Down, a.h.data(), d);
-      for (size_t k = 0; k < x.size(); ++k) x[k] += d[k];
+      layer_forward(i, l, a, x);
+      if (recompute_) a.drop_intermediates();
     }
     acts.x_final = std::move(x);
     const auto [rows, targets] = target_rows(m);
@@ -316,6 +343,10 @@ void Graph<T>::backward(LoraParams<T>& grads) {
     for (int l = c.n_layers - 1; l >= 0; --l) {
       LayerActs& a = acts.layers[size_t(l)];
       const FrozenModel::Layer& L = model_.layers[size_t(l)];
+      if (recompute_) {  // the layer's intermediates again, from its input (the same bits as the forward's)
+        std::vector<T> x = a.x_in;
+        layer_forward(i, l, a, x);
+      }
       // Feed-forward: x_out = x_mid + down(swiglu(gate(xn2), up(xn2))).
       std::vector<T> dh(size_t(n) * ffn, T(0)), dg(dh.size(), T(0)), du(dh.size(), T(0)), dxn2(dx.size(), T(0));
       back(&a, l, model::LoraTarget::Down, a.h.data(), n, dx.data(), dh.data());
@@ -345,6 +376,7 @@ void Graph<T>::backward(LoraParams<T>& grads) {
       back(&a, l, model::LoraTarget::V, a.xn.data(), n, a.dv.data(), dxn.data());
       rmsnorm_backward(a.x_in.data(), L.attn_norm.data(), n, c.dim, c.rms_eps, dxn.data(), dx.data(),
                        static_cast<T*>(nullptr));
+      if (recompute_) a.drop_intermediates();
     }
   }
 }

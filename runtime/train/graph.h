@@ -96,12 +96,18 @@ class Graph {
   /// The gradients of forward()'s loss, added to `grads` (from zeros_like()).
   void backward(LoraParams<T>& grads);
   int n_targets() const;
+  /// Activation recomputation: keep only each layer's input, k and v, and compute the rest again in
+  /// backward() (one more forward pass of every layer; the same bits). Set before forward().
+  void set_recompute(bool on) { recompute_ = on; }
+  /// The bytes of activations forward() keeps for `tokens` tokens with LoRA pairs of `rank`.
+  static size_t activation_bytes(const FrozenModel& model, int rank, size_t tokens, bool recompute);
 
  private:
   struct LayerActs {
     std::vector<T> x_in, xn, q, k, v, att, lse, x_mid, xn2, g, u, h;
     std::array<std::vector<T>, kLayerTargets> xa;  // x A^T of each adapted target
     std::vector<T> dk, dv;  // gradients of k (as stored: rotated) and v, from every reader
+    void drop_intermediates();  // all but x_in, k, v, dk, dv
   };
   struct Acts {
     std::vector<LayerActs> layers;
@@ -110,11 +116,14 @@ class Graph {
     std::vector<int32_t> positions;
   };
   std::vector<Segment<T>> segments(size_t i, int layer) const;
+  /// Layer l of message i from its input x (updated to the layer's output), filling a's activations.
+  void layer_forward(size_t i, int l, LayerActs& a, std::vector<T>& x) const;
 
   const FrozenModel& model_;
   const LoraParams<T>& lora_;
   std::vector<GraphMessage> messages_;
   std::vector<Acts> acts_;
+  bool recompute_ = false;
 };
 
 }  // namespace choreo::train

@@ -11,16 +11,27 @@ namespace choreo::train {
 
 namespace {
 
-/// c (m x n) = alpha op(a) op(b) + beta c, row-major; op(a) is m x k, op(b) k x n.
+/// c = alpha op(a) op(b) + beta c over strided row-major matrices (the heads of a row of many heads).
 template <class T>
-void gemm(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, const T* b, T beta, T* c) {
+void gemm_ld(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb, T beta,
+             T* c, int ldc) {
   if (m == 0 || n == 0) return;
-  const int lda = ta ? m : k, ldb = tb ? k : n;
+  if (k == 0) {  // BLAS would reject the leading dimensions of an empty operand
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) c[size_t(i) * ldc + j] = beta == T(0) ? T(0) : beta * c[size_t(i) * ldc + j];
+    return;
+  }
   const CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, opa, opb, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
+    cblas_sgemm(CblasRowMajor, opa, opb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   else
-    cblas_dgemm(CblasRowMajor, opa, opb, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
+    cblas_dgemm(CblasRowMajor, opa, opb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/// c (m x n) = alpha op(a) op(b) + beta c, row-major and contiguous; op(a) is m x k, op(b) k x n.
+template <class T>
+void gemm(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, const T* b, T beta, T* c) {
+  gemm_ld<T>(ta, tb, m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
 }
 
 /// The frozen weight as T: the float weights themselves, or a double copy (the reference path).
@@ -193,60 +204,105 @@ void embedding_backward(int dim, std::span<const int32_t> ids, const T* dout, T*
     for (int k = 0; k < dim; ++k) dtable[size_t(ids[r]) * dim + k] += dout[r * dim + k];
 }
 
+namespace {
+
+/// One attention call laid out for matrix products: each segment's queries rotated for its placement (rows x
+/// n_heads * head_dim; segments placed at the same delta share one copy), and the columns each segment
+/// takes in a row of scores (only the keys some row can see).
 template <class T>
-void attention_forward(const AttentionShape& s, const T* q, const int32_t* positions, int rows,
-                       std::span<const Segment<T>> segments, T* o, T* lse) {
-  const int hd = s.head_dim, group = s.n_heads / s.n_kv_heads, kv_dim = s.n_kv_heads * hd;
-  const T scale = T(1) / std::sqrt(T(hd));
-  const std::vector<double> inv_freq = inverse_frequencies(s.rope);
-  std::vector<T> c(inv_freq.size()), sn(inv_freq.size()), qs(size_t(s.n_heads) * hd);
-  std::vector<T> scores;
-  for (int i = 0; i < rows; ++i) {
-    // Pass 1: every visible score, segment after segment (queries rotated for each segment's placement).
-    scores.clear();
-    std::vector<size_t> seg_start;
+struct AttentionPlan {
+  std::vector<std::vector<T>> rotated;  // per distinct delta
+  std::vector<size_t> query_of;         // segment -> index into rotated
+  std::vector<int> width, offset;       // segment -> visible columns, first column
+  int total = 0;
+
+  AttentionPlan(const AttentionShape& s, const T* q, const int32_t* positions, int rows,
+                std::span<const Segment<T>> segments) {
+    const int hd = s.head_dim, qdim = s.n_heads * hd;
+    const std::vector<double> inv_freq = inverse_frequencies(s.rope);
+    std::vector<T> c(inv_freq.size()), sn(inv_freq.size());
+    std::vector<int> deltas;
     for (const Segment<T>& seg : segments) {
-      seg_start.push_back(scores.size());
-      angles(int64_t(positions[i]) - seg.delta, inv_freq, false, c.data(), sn.data());
-      std::copy(q + size_t(i) * s.n_heads * hd, q + size_t(i + 1) * s.n_heads * hd, qs.begin());
-      for (int h = 0; h < s.n_heads; ++h) rotate(qs.data() + size_t(h) * hd, c.data(), sn.data(), s.rope);
-      const int n = visible(seg, i);
-      for (int h = 0; h < s.n_heads; ++h)
-        for (int j = 0; j < n; ++j) {
-          const T* k = seg.k + size_t(j) * kv_dim + size_t(h / group) * hd;
-          const T* qh = qs.data() + size_t(h) * hd;
-          T dot = 0;
-          for (int d = 0; d < hd; ++d) dot += qh[d] * k[d];
-          scores.push_back(dot * scale);
+      const auto it = std::find(deltas.begin(), deltas.end(), seg.delta);
+      query_of.push_back(size_t(it - deltas.begin()));
+      if (it == deltas.end()) {
+        deltas.push_back(seg.delta);
+        std::vector<T>& r = rotated.emplace_back(q, q + size_t(rows) * qdim);
+        for (int i = 0; i < rows; ++i) {
+          angles(int64_t(positions[i]) - seg.delta, inv_freq, false, c.data(), sn.data());
+          for (int h = 0; h < s.n_heads; ++h) rotate(r.data() + size_t(i) * qdim + size_t(h) * hd, c.data(), sn.data(), s.rope);
         }
-    }
-    // Pass 2: per head, the softmax over all segments, then o.
-    for (int h = 0; h < s.n_heads; ++h) {
-      T m = -std::numeric_limits<T>::infinity();
-      for (size_t g = 0; g < segments.size(); ++g) {
-        const int n = visible(segments[g], i);
-        for (int j = 0; j < n; ++j) m = std::max(m, scores[seg_start[g] + size_t(h) * n + j]);
       }
-      T* oh = o + (size_t(i) * s.n_heads + h) * hd;
-      std::fill(oh, oh + hd, T(0));
-      if (m == -std::numeric_limits<T>::infinity()) {
-        lse[size_t(i) * s.n_heads + h] = m;
-        continue;
+      width.push_back(rows == 0 ? 0 : visible(seg, rows - 1));
+      offset.push_back(total);
+      total += width.back();
+    }
+  }
+
+  /// p (rows x total) = softmax probabilities of head h, from scores already in p: invisible columns become
+  /// 0. With `lse_in`, the probabilities come from the forward's log-sum-exp; otherwise they are computed and
+  /// lse_out receives them.
+  void softmax(std::span<const Segment<T>> segments, int rows, int n_heads, int h, T* p, const T* lse_in,
+               T* lse_out) const {
+    constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+    for (int i = 0; i < rows; ++i) {
+      T* row = p + size_t(i) * total;
+      T m = kNegInf;
+      if (lse_in) {
+        m = lse_in[size_t(i) * n_heads + h];
+      } else {
+        for (size_t g = 0; g < segments.size(); ++g) {
+          const int n = visible(segments[g], i);
+          for (int j = 0; j < n; ++j) m = std::max(m, row[offset[g] + j]);
+        }
       }
       T sum = 0;
       for (size_t g = 0; g < segments.size(); ++g) {
-        const Segment<T>& seg = segments[g];
-        const int n = visible(seg, i);
+        const int n = m == kNegInf ? 0 : visible(segments[g], i);
+        T* cols = row + offset[g];
         for (int j = 0; j < n; ++j) {
-          const T p = std::exp(scores[seg_start[g] + size_t(h) * n + j] - m);
-          sum += p;
-          const T* v = seg.v + size_t(j) * kv_dim + size_t(h / group) * hd;
-          for (int d = 0; d < hd; ++d) oh[d] += p * v[d];
+          cols[j] = std::exp(cols[j] - m);
+          sum += cols[j];
         }
+        std::fill(cols + n, cols + width[g], T(0));
       }
-      for (int d = 0; d < hd; ++d) oh[d] /= sum;
-      lse[size_t(i) * s.n_heads + h] = m + std::log(sum);
+      if (lse_in || m == kNegInf) {
+        if (lse_out) lse_out[size_t(i) * n_heads + h] = m;
+        continue;
+      }
+      const T inv = T(1) / sum;
+      for (int k = 0; k < total; ++k) row[k] *= inv;
+      lse_out[size_t(i) * n_heads + h] = m + std::log(sum);
     }
+  }
+
+  /// The scores of head h against every segment's visible keys: p (rows x total) = q_rot k^T / sqrt(hd).
+  void scores(const AttentionShape& s, std::span<const Segment<T>> segments, int rows, int h, T* p) const {
+    const int hd = s.head_dim, qdim = s.n_heads * hd, kv_dim = s.n_kv_heads * hd;
+    const size_t kv_off = size_t(h / (s.n_heads / s.n_kv_heads)) * hd;
+    const T scale = T(1) / std::sqrt(T(hd));
+    for (size_t g = 0; g < segments.size(); ++g)
+      gemm_ld<T>(false, true, rows, width[g], hd, scale, rotated[query_of[g]].data() + size_t(h) * hd, qdim,
+                 segments[g].k + kv_off, kv_dim, T(0), p + offset[g], total);
+  }
+};
+
+}  // namespace
+
+template <class T>
+void attention_forward(const AttentionShape& s, const T* q, const int32_t* positions, int rows,
+                       std::span<const Segment<T>> segments, T* o, T* lse) {
+  const int hd = s.head_dim, qdim = s.n_heads * hd, kv_dim = s.n_kv_heads * hd;
+  const AttentionPlan<T> plan(s, q, positions, rows, segments);
+  std::vector<T> p(size_t(rows) * plan.total);
+  std::fill(o, o + size_t(rows) * qdim, T(0));
+  for (int h = 0; h < s.n_heads; ++h) {
+    const size_t kv_off = size_t(h / (s.n_heads / s.n_kv_heads)) * hd;
+    plan.scores(s, segments, rows, h, p.data());
+    plan.softmax(segments, rows, s.n_heads, h, p.data(), nullptr, lse);
+    for (size_t g = 0; g < segments.size(); ++g)
+      gemm_ld<T>(false, false, rows, hd, plan.width[g], T(1), p.data() + plan.offset[g], plan.total,
+                 segments[g].v + kv_off, kv_dim, T(1), o + size_t(h) * hd, qdim);
   }
 }
 
@@ -254,58 +310,58 @@ template <class T>
 void attention_backward(const AttentionShape& s, const T* q, const int32_t* positions, int rows,
                         std::span<const Segment<T>> segments, const T* o, const T* lse, const T* dout, T* dq,
                         std::span<const SegmentGrad<T>> grads) {
-  const int hd = s.head_dim, group = s.n_heads / s.n_kv_heads, kv_dim = s.n_kv_heads * hd;
+  const int hd = s.head_dim, qdim = s.n_heads * hd, kv_dim = s.n_kv_heads * hd;
   const T scale = T(1) / std::sqrt(T(hd));
-  const std::vector<double> inv_freq = inverse_frequencies(s.rope);
-  std::vector<T> c(inv_freq.size()), sn(inv_freq.size()), qs(size_t(s.n_heads) * hd), dqs(size_t(s.n_heads) * hd);
-  std::vector<T> dot_o(size_t(s.n_heads));
-  for (int i = 0; i < rows; ++i) {
-    for (int h = 0; h < s.n_heads; ++h) {
-      const T* oh = o + (size_t(i) * s.n_heads + h) * hd;
-      const T* dh = dout + (size_t(i) * s.n_heads + h) * hd;
+  const AttentionPlan<T> plan(s, q, positions, rows, segments);
+  std::vector<T> p(size_t(rows) * plan.total), ds(size_t(rows) * plan.total), dot_o(static_cast<size_t>(rows));
+  // The gradient of each distinct rotation of the queries.
+  std::vector<std::vector<T>> dq_rot(plan.rotated.size(), std::vector<T>(size_t(rows) * qdim, T(0)));
+  for (int h = 0; h < s.n_heads; ++h) {
+    const size_t kv_off = size_t(h / (s.n_heads / s.n_kv_heads)) * hd;
+    for (int i = 0; i < rows; ++i) {
+      const T* oh = o + size_t(i) * qdim + size_t(h) * hd;
+      const T* dh = dout + size_t(i) * qdim + size_t(h) * hd;
       T dot = 0;
       for (int d = 0; d < hd; ++d) dot += oh[d] * dh[d];
-      dot_o[size_t(h)] = dot;
+      dot_o[size_t(i)] = dot;
+    }
+    plan.scores(s, segments, rows, h, p.data());
+    plan.softmax(segments, rows, s.n_heads, h, p.data(), lse, nullptr);
+    // dP = dO v^T, then dS = P (dP - o.dO) / sqrt(hd).
+    for (size_t g = 0; g < segments.size(); ++g)
+      gemm_ld<T>(false, true, rows, plan.width[g], hd, T(1), dout + size_t(h) * hd, qdim, segments[g].v + kv_off,
+                 kv_dim, T(0), ds.data() + plan.offset[g], plan.total);
+    for (int i = 0; i < rows; ++i) {
+      const T* pr = p.data() + size_t(i) * plan.total;
+      T* dr = ds.data() + size_t(i) * plan.total;
+      for (int k = 0; k < plan.total; ++k) dr[k] = pr[k] * (dr[k] - dot_o[size_t(i)]) * scale;
     }
     for (size_t g = 0; g < segments.size(); ++g) {
-      const Segment<T>& seg = segments[g];
-      const int n = visible(seg, i);
-      if (n == 0) continue;
-      angles(int64_t(positions[i]) - seg.delta, inv_freq, false, c.data(), sn.data());
-      std::copy(q + size_t(i) * s.n_heads * hd, q + size_t(i + 1) * s.n_heads * hd, qs.begin());
-      for (int h = 0; h < s.n_heads; ++h) rotate(qs.data() + size_t(h) * hd, c.data(), sn.data(), s.rope);
-      std::fill(dqs.begin(), dqs.end(), T(0));
+      const int n = plan.width[g];
+      const T* pg = p.data() + plan.offset[g];
+      const T* dsg = ds.data() + plan.offset[g];
+      const T* qg = plan.rotated[plan.query_of[g]].data() + size_t(h) * hd;
+      gemm_ld<T>(false, false, rows, hd, n, T(1), dsg, plan.total, segments[g].k + kv_off, kv_dim, T(1),
+                 dq_rot[plan.query_of[g]].data() + size_t(h) * hd, qdim);
+      if (grads[g].dk)
+        gemm_ld<T>(true, false, n, hd, rows, T(1), dsg, plan.total, qg, qdim, T(1), grads[g].dk + kv_off, kv_dim);
+      if (grads[g].dv)
+        gemm_ld<T>(true, false, n, hd, rows, T(1), pg, plan.total, dout + size_t(h) * hd, qdim, T(1),
+                   grads[g].dv + kv_off, kv_dim);
+    }
+  }
+  // Back through each placement's query rotation: the inverse rotation of the gradient.
+  const std::vector<double> inv_freq = inverse_frequencies(s.rope);
+  std::vector<T> c(inv_freq.size()), sn(inv_freq.size());
+  for (size_t r = 0; r < dq_rot.size(); ++r) {
+    size_t g = 0;
+    while (plan.query_of[g] != r) ++g;
+    for (int i = 0; i < rows; ++i) {
+      angles(int64_t(positions[i]) - segments[g].delta, inv_freq, true, c.data(), sn.data());
       for (int h = 0; h < s.n_heads; ++h) {
-        const T l = lse[size_t(i) * s.n_heads + h];
-        const T* qh = qs.data() + size_t(h) * hd;
-        const T* dh = dout + (size_t(i) * s.n_heads + h) * hd;
-        T* dqh = dqs.data() + size_t(h) * hd;
-        for (int j = 0; j < n; ++j) {
-          const size_t kv = size_t(j) * kv_dim + size_t(h / group) * hd;
-          const T* k = seg.k + kv;
-          const T* v = seg.v + kv;
-          T sc = 0, dp = 0;
-          for (int d = 0; d < hd; ++d) {
-            sc += qh[d] * k[d];
-            dp += dh[d] * v[d];
-          }
-          const T p = std::exp(sc * scale - l);
-          const T ds = p * (dp - dot_o[size_t(h)]) * scale;
-          T* dk = grads[g].dk ? grads[g].dk + kv : nullptr;
-          T* dv = grads[g].dv ? grads[g].dv + kv : nullptr;
-          for (int d = 0; d < hd; ++d) {
-            dqh[d] += ds * k[d];
-            if (dk) dk[d] += ds * qh[d];
-            if (dv) dv[d] += p * dh[d];
-          }
-        }
-      }
-      // Back through the segment's query rotation: the inverse rotation of the gradient.
-      angles(int64_t(positions[i]) - seg.delta, inv_freq, true, c.data(), sn.data());
-      for (int h = 0; h < s.n_heads; ++h) {
-        T* dqh = dqs.data() + size_t(h) * hd;
+        T* dqh = dq_rot[r].data() + size_t(i) * qdim + size_t(h) * hd;
         rotate(dqh, c.data(), sn.data(), s.rope);
-        T* out = dq + (size_t(i) * s.n_heads + h) * hd;
+        T* out = dq + size_t(i) * qdim + size_t(h) * hd;
         for (int d = 0; d < hd; ++d) out[d] += dqh[d];
       }
     }

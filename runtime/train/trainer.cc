@@ -23,6 +23,12 @@ void AdamW::step(const std::vector<float*>& params, const std::vector<float*>& g
 
 namespace {
 
+size_t tokens_of(const Example& e) {
+  size_t n = 0;
+  for (const GraphMessage& m : e) n += m.tokens.size();
+  return n;
+}
+
 int targets_of(const Example& e) {
   int n = 0;
   for (const GraphMessage& m : e)
@@ -37,6 +43,7 @@ double mean_loss(const FrozenModel& model, const LoraParams<float>& lora, const 
   int n = 0;
   for (const Example& e : examples) {
     Graph<float> g(model, lora);
+    g.set_recompute(true);  // no backward: nothing needs the intermediates
     for (const GraphMessage& m : e) g.add(m);
     loss += g.forward();
     n += targets_of(e);
@@ -61,6 +68,7 @@ void train(const FrozenModel& model, LoraParams<float>& lora, const std::vector<
     std::shuffle(order.begin(), order.end(), rng);
     double epoch_loss = 0;
     int epoch_targets = 0, pending = 0;
+    size_t recomputed = 0;
     const auto apply = [&] {
       if (pending == 0) return;
       for (float* g : grad_values) *g /= float(pending);
@@ -71,6 +79,12 @@ void train(const FrozenModel& model, LoraParams<float>& lora, const std::vector<
     for (size_t k = 0; k < order.size(); ++k) {
       const Example& e = train_set[order[k]];
       Graph<float> g(model, lora);
+      const bool recompute =
+          settings.recompute == TrainSettings::Recompute::On ||
+          (settings.recompute == TrainSettings::Recompute::Auto &&
+           Graph<float>::activation_bytes(model, lora.rank, tokens_of(e), false) > settings.activation_budget);
+      g.set_recompute(recompute);
+      recomputed += recompute;
       for (const GraphMessage& m : e) g.add(m);
       const double loss = g.forward();
       g.backward(grads);
@@ -82,7 +96,7 @@ void train(const FrozenModel& model, LoraParams<float>& lora, const std::vector<
     }
     apply();
     EpochReport r{epoch, epoch_targets > 0 ? epoch_loss / epoch_targets : std::numeric_limits<double>::quiet_NaN(),
-                  mean_loss(model, lora, val_set), size_t(adam.steps())};
+                  mean_loss(model, lora, val_set), size_t(adam.steps()), recomputed};
     state.epochs_done = epoch;
     if (on_epoch) on_epoch(r);
   }

@@ -44,6 +44,10 @@ struct TrainSettings {
   int accumulate = 1;  // examples per optimiser step
   AdamW::Settings adam;
   uint64_t seed = 0;   // the order of the examples in each epoch
+  /// Activation recomputation (Graph::set_recompute): Auto uses it for an example whose activations would
+  /// exceed activation_budget bytes.
+  enum class Recompute { Auto, On, Off } recompute = Recompute::Auto;
+  size_t activation_budget = size_t(2) << 30;
 };
 
 /// What one epoch did: the mean log-loss per target token on the training examples (as they were trained,
@@ -53,6 +57,7 @@ struct EpochReport {
   double train_loss = 0;
   double val_loss = 0;
   size_t steps = 0;  // optimiser steps so far
+  size_t recomputed = 0;  // examples of the epoch trained with activation recomputation
 };
 
 /// Where a training run stands between epochs: what a checkpoint holds besides the LoRA values.

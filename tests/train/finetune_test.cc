@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "dsl/workflow_parser.h"
@@ -240,6 +241,36 @@ TEST_CASE("finetune train: a run stopped after an epoch and resumed writes the a
   const testing::ProcessResult none = train((toy.dir.path / "none.gguf").string(), "3", {"--resume"});
   CHECK(none.exit_code == 2);
   CHECK(none.err.find("no checkpoint") != std::string::npos);
+}
+
+TEST_CASE("finetune train: activation recomputation writes the same adapter, and --val-traces validates on another file") {
+  const Toy toy;
+  const std::string traces = toy.fixed_traces("fixed.jsonl");
+  const auto train = [&](const std::string& out, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"finetune", "train", toy.workflow, "--traces", traces, "--rank", "2", "--epochs",
+                                     "2", "--lr", "1e-2", "--seed", "5", "-o", out, "-m", toy.model};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return toy.choreo(args);
+  };
+  const std::string kept = (toy.dir.path / "kept.gguf").string(), recomputed = (toy.dir.path / "re.gguf").string();
+  const testing::ProcessResult a = train(kept, {"--recompute", "off"});
+  const testing::ProcessResult b = train(recomputed, {"--recompute", "on"});
+  INFO(a.err, b.err);
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(b.exit_code == 0);
+  CHECK(a.err.find("activation recomputation") == std::string::npos);
+  CHECK(b.err.find("11 traces with activation recomputation") != std::string::npos);
+  CHECK(testing::read_file(recomputed) == testing::read_file(kept));
+  // Validation on another file: its traces are the validation set, every trace of --traces trains.
+  const std::string val = toy.fixed_traces("val.jsonl");
+  const testing::ProcessResult c = train((toy.dir.path / "v.gguf").string(), {"--val-traces", val});
+  INFO(c.err);
+  REQUIRE(c.exit_code == 0);
+  CHECK(c.err.find(fmt::format("{} training and {} validation traces", std::size(kNames), std::size(kNames))) !=
+        std::string::npos);
+  const testing::ProcessResult both = train((toy.dir.path / "w.gguf").string(), {"--val-traces", val, "--val", "0.2"});
+  CHECK(both.exit_code == 2);
+  CHECK(both.err.find("--val and --val-traces") != std::string::npos);
 }
 
 TEST_CASE("finetune: the graph of a teacher-forced run has the engine's log-loss, in choreo and in prefix mode") {

@@ -138,6 +138,35 @@ TEST_CASE("train graph: the float graph's loss and gradients agree with the doub
   CHECK(worst <= 1e-4 * scale);
 }
 
+TEST_CASE("train graph: with activation recomputation the loss and every gradient are the same bits, in less memory") {
+  const train::FrozenModel& m = frozen();
+  const std::vector<LoraTarget> targets = {LoraTarget::Q, LoraTarget::K, LoraTarget::V, LoraTarget::O,
+                                           LoraTarget::Gate, LoraTarget::Up, LoraTarget::Down};
+  train::LoraParams<float> lora = train::LoraParams<float>::init(m, targets, 4, 8.0f, 31);
+  std::mt19937_64 rng(32);
+  std::normal_distribution<float> d(0.0f, 0.05f);
+  for (float* v : lora.values()) *v = d(rng);
+  train::Graph<float> kept(m, lora), recomputed(m, lora);
+  recomputed.set_recompute(true);
+  build(kept);
+  build(recomputed);
+  const double loss_kept = kept.forward(), loss_recomputed = recomputed.forward();
+  CHECK(loss_kept == loss_recomputed);
+  train::LoraParams<float> grad_kept = lora.zeros_like(), grad_recomputed = lora.zeros_like();
+  kept.backward(grad_kept);
+  recomputed.backward(grad_recomputed);
+  const std::vector<float*> a = grad_kept.values(), b = grad_recomputed.values();
+  REQUIRE(a.size() == b.size());
+  size_t differ = 0, nonzero = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    differ += *a[i] != *b[i];
+    nonzero += *a[i] != 0.0f;
+  }
+  CHECK(differ == 0);
+  CHECK(nonzero > a.size() / 2);
+  CHECK(train::Graph<float>::activation_bytes(m, 4, 100, true) * 4 < train::Graph<float>::activation_bytes(m, 4, 100, false));
+}
+
 TEST_CASE("train graph: its loss is the engine's log-loss of the same teacher-forced calls, through an adapter written by write_adapter") {
   const model::Model& base = *testing::stories260k().model;
   const train::FrozenModel& m = frozen();
