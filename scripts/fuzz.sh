@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes the GGUF reader, then the other targets below (workflow YAML, expressions, PML, tokenizers, exec calls
-# files, eval data and results files, store entries, choreo.toml, LoRA adapters), with libFuzzer + ASan + UBSan.
+# files, eval data and results files, store entries, choreo.toml, LoRA adapters, finetune traces and checkpoints),
+# with libFuzzer + ASan + UBSan.
 #   scripts/fuzz.sh [seconds=60]      (each target runs for that many seconds)
 # Builds build-fuzz/ with clang (the whole library instrumented), seeds build-fuzz/gguf-corpus with the shared
 # GGUF files and writer-made files, runs for the given time and exits non-zero on any crash, leak or timeout
@@ -285,3 +286,23 @@ cat >"$lora_dict" <<'DICT'
 "\x00\x00\x00\x00\x00\x00\x00\x00"
 DICT
 fuzz_run lora_fuzz "$lora_corpus" "$lora_dict" 65536 20
+
+# ---- the files `choreo finetune train` reads (runtime/train): traces files, teacher-forced on stories260K, and
+# checkpoints -----------------------------------------------------------------------------------------------
+finetune_corpus="$build/finetune-corpus"
+fuzz_seed finetune_fuzz "$finetune_corpus"
+finetune_dict="$build/finetune.dict"
+cat >"$finetune_dict" <<'DICT'
+"\"line\""
+"\"inputs\""
+"\"params\""
+"\"max_steps\""
+"\"calls\""
+"\"name\""
+"\"generated\""
+"\"ans\""
+"\"more\""
+"GGUF"
+"train.epochs_done"
+DICT
+fuzz_run finetune_fuzz "$finetune_corpus" "$finetune_dict" 65536 20

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Rows for `workflows/multiqa.yaml` from the MuSiQue sample, for `choreo finetune` (BENCHMARKS.md).
+
+Each MuSiQue item whose passages contain one of its gold answers gives a snippet: the words around the first
+occurrence (about --window characters each side). A row's document is two items' snippets, its questions the
+two items' questions (as JSON text: `choreo eval` makes inputs of a row's strings and numbers only), its
+`answers` both items' gold answers. The items are split once, in order: the first
+--train-items give training rows (each item paired with the next --pairs items, cyclically, so every item is
+in 2 x --pairs rows); the rest give held-out rows (each paired with the next one only). No item is in both.
+
+  finetune_multiqa_rows.py ../shared/data/cacheblend_musique_s.json --train train.jsonl --heldout heldout.jsonl
+"""
+import argparse
+import json
+
+
+def snippet(text, answer, window):
+    at = text.lower().find(answer.lower())
+    start, end = max(0, at - window), min(len(text), at + len(answer) + window)
+    while start > 0 and not text[start - 1].isspace():
+        start -= 1
+    while end < len(text) and not text[end].isspace():
+        end += 1
+    return text[start:end].strip()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("musique")
+    ap.add_argument("--train", required=True)
+    ap.add_argument("--heldout", required=True)
+    ap.add_argument("--window", type=int, default=300)
+    ap.add_argument("--train-items", type=int, default=63)
+    ap.add_argument("--pairs", type=int, default=4)
+    a = ap.parse_args()
+    items = []
+    for x in json.load(open(a.musique)):
+        for c in x["ctxs"]:
+            hit = next((ans for ans in x["answers"] if ans.lower() in c["text"].lower()), None)
+            if hit:
+                items.append((snippet(c["text"], hit, a.window), x["question"], x["answers"]))
+                break
+    if len(items) <= a.train_items + 1:
+        raise SystemExit(f"only {len(items)} items have an answer in a passage")
+
+    def rows(group, pairs):
+        out = []
+        for i in range(len(group)):
+            for k in range(1, pairs + 1):
+                p, q = group[i], group[(i + k) % len(group)]
+                out.append({"document": p[0] + "\n\n" + q[0], "questions": json.dumps([p[1], q[1]], ensure_ascii=False, separators=(",", ":")), "answers": p[2] + q[2]})
+        return out
+
+    for path, group, pairs in ((a.train, items[: a.train_items], a.pairs), (a.heldout, items[a.train_items :], 1)):
+        with open(path, "w") as f:
+            for r in rows(group, pairs):
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        print(f"{path}: {len(group) * pairs} rows from {len(group)} items")
+
+
+if __name__ == "__main__":
+    main()
