@@ -15,7 +15,7 @@ build="$root/build-fuzz"
 sanitizers="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja \
-  -DCHOREO_FUZZ=ON -DCHOREO_TESTS=OFF -DCHOREO_WERROR=OFF \
+  -DCHOREO_FUZZ=ON -DCHOREO_TESTS=OFF -DCHOREO_WERROR=OFF -DCHOREO_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS="$sanitizers" -DCMAKE_C_FLAGS="$sanitizers" \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" >/dev/null

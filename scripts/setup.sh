@@ -17,7 +17,7 @@ SUDO=""
 # 1. System packages (Debian 12).
 PACKAGES=(build-essential cmake ninja-build pkg-config git unzip python3 python3-pip python3-venv
   libyaml-cpp-dev libfmt-dev libcli11-dev libtomlplusplus-dev doctest-dev libpcre2-dev nlohmann-json3-dev
-  libxxhash-dev libsodium-dev libhiredis-dev redis-server libzstd-dev libopenblas-dev libbenchmark-dev clang libclang-rt-14-dev graphviz
+  libxxhash-dev libsodium-dev libhiredis-dev redis-server libzstd-dev libopenblas-dev libboost-context-dev libbenchmark-dev clang libclang-rt-14-dev graphviz
   stress-ng)  # stress-ng: the busy neighbour of scripts/bench_compare.py
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,0 +1,22 @@
+#pragma once
+// Host entry points of choreo's CUDA kernels (kernels/cuda/*.cu): each launches one kernel of
+// kernels/cuda/kernels/*.cuh on a stream, with device pointers. Built only when nvcc is found
+// (CMake option CHOREO_CUDA); the kernels' logic is tested on the CPU through the block emulator (tests/cuda).
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/kernel_args.h"
+
+namespace choreo::cuda {
+
+void launch_rmsnorm(const float* x, const float* w, int rows, int dim, float eps, float* out, cudaStream_t stream);
+void launch_swiglu(const float* gate, const float* up, size_t n, float* out, cudaStream_t stream);
+void launch_rope(float* x, int rows, int n_heads, int head_dim, const int32_t* pos, int shift, int sign,
+                 const kernels::RopeArgs& p, const float* factors, cudaStream_t stream);
+void launch_embed_f32(const float* table, int dim, const int32_t* ids, int n, float* out, cudaStream_t stream);
+void launch_dequantize(const uint8_t* src, kernels::BlockFormat format, size_t n, float* dst, cudaStream_t stream);
+
+}  // namespace choreo::cuda

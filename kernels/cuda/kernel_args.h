@@ -1,0 +1,21 @@
+#pragma once
+// Plain arguments of choreo's CUDA kernels, shared by the kernel source (kernels/cuda/kernels/*.cuh), the host
+// entry points (kernels/cuda/cuda_kernels.h) and the emulator's tests. No CUDA header needed.
+
+#include <cstdint>
+
+namespace choreo::cuda::kernels {
+
+/// RoPE's parameters by value (kernels::RopeParams without its pointer; the factors are a kernel argument).
+struct RopeArgs {
+  int n_dims = 0;
+  float freq_base = 10000.0f;
+  int interleaved = 1;  // adjacent pairs (llama GGUF); 0: first half with second half (NeoX)
+  int has_factors = 0;  // Llama-3 scaling: n_dims/2 divisors of the frequencies in `factors`
+};
+
+/// ggml's block formats as bytes: Q8_0 (34: fp16 d, 32 x int8), Q4_0 (18: fp16 d, 16 bytes of nibbles: element
+/// j low, j+16 high; x = d (q - 8)), Q4_1 (20: fp16 d, fp16 m, nibbles; x = d q + m).
+enum class BlockFormat : int { Q8_0, Q4_0, Q4_1 };
+
+}  // namespace choreo::cuda::kernels

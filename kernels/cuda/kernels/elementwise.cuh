@@ -1,0 +1,120 @@
+#pragma once
+// choreo's own elementwise CUDA kernels (issue 14), written once against kernels/cuda/portable.h: compiled by
+// nvcc into the CUDA backend (kernels/cuda/*.cu) and by the host compiler into the block emulator's tests.
+// Each mirrors the CPU kernel of the same name (kernels/cpu/elementwise.cc, kernels/quant.cc) operation for
+// operation where the CPU's order is fixed (RoPE angles in double rounded once, dequantisation); reductions
+// (RMSNorm's sum of squares) use a fixed tree whose order depends only on the block size.
+
+#include <cstdint>
+
+#include "kernels/cuda/kernel_args.h"
+#include "kernels/cuda/portable.h"
+
+namespace choreo::cuda::kernels {
+
+/// IEEE binary16 bits -> float (exact).
+CHOREO_HOST_DEVICE inline float half_to_float(uint32_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa x 2^-24
+    const float v = float(mantissa) * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  const uint32_t bits = exponent == 31 ? sign | 0x7f800000u | (mantissa << 13)
+                                       : sign | ((exponent + 112u) << 23) | (mantissa << 13);
+  return cu::bits_to_float(bits);
+}
+
+/// The global index of this thread and the grid's stride, for grid-stride loops.
+CHOREO_DEVICE inline size_t global_index() {
+  return size_t(cu::block_idx().x) * cu::block_dim().x + cu::thread_idx().x;
+}
+CHOREO_DEVICE inline size_t grid_stride() { return size_t(cu::grid_dim().x) * cu::block_dim().x; }
+
+/// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, one block per row of `dim`; blockDim.x a multiple of 32 up
+/// to 1024. The sum of squares: each thread's strided partial sum, a shuffle tree per warp, then the warps'
+/// sums in warp order by thread 0.
+CHOREO_GLOBAL void rmsnorm(cu::Ptr<const float> x, cu::Ptr<const float> w, int dim, float eps, cu::Ptr<float> out) {
+  CHOREO_SHARED_ARRAY(float, warp_sums, 32);
+  CHOREO_SHARED_ARRAY(float, inv_rms, 1);
+  const unsigned t = cu::thread_idx().x, threads = cu::block_dim().x;
+  const size_t row = size_t(cu::block_idx().x) * size_t(dim);
+  float ss = 0.0f;
+  for (int i = int(t); i < dim; i += int(threads)) ss += x[row + i] * x[row + i];
+  for (int mask = 16; mask > 0; mask /= 2) ss += cu::shfl_xor(ss, mask);
+  if (cu::lane_id() == 0) warp_sums[t / 32] = ss;
+  cu::sync_threads();
+  if (t == 0) {
+    float total = 0.0f;
+    for (unsigned k = 0; k < threads / 32; ++k) total += warp_sums[k];
+    inv_rms[0] = 1.0f / sqrtf(total / float(dim) + eps);
+  }
+  cu::sync_threads();
+  const float s = inv_rms[0];
+  for (int i = int(t); i < dim; i += int(threads)) out[row + i] = x[row + i] * s * w[i];
+}
+
+/// out = silu(gate) * up, elementwise over n values (a grid-stride loop).
+CHOREO_GLOBAL void swiglu(cu::Ptr<const float> gate, cu::Ptr<const float> up, size_t n, cu::Ptr<float> out) {
+  for (size_t i = global_index(); i < n; i += grid_stride()) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+/// Rotates every head of every row in place: row r at position pos[r] - shift (the per-segment query
+/// rotation passes a segment's placement as `shift`; `sign` -1 rotates back, as a backward pass does). One
+/// block per row; threads over (head, pair). Angles in double rounded once to float, as the CPU kernel does.
+CHOREO_GLOBAL void rope(cu::Ptr<float> x, int n_heads, int head_dim, cu::Ptr<const int32_t> pos, int shift, int sign,
+                        RopeArgs p, cu::Ptr<const float> factors) {
+  const unsigned r = cu::block_idx().x;
+  const int half = p.n_dims / 2;
+  const size_t row = size_t(r) * size_t(n_heads) * size_t(head_dim);
+  for (int k = int(cu::thread_idx().x); k < n_heads * half; k += int(cu::block_dim().x)) {
+    const int h = k / half, i = k % half;
+    double inv_freq = pow(double(p.freq_base), -2.0 * double(i) / double(p.n_dims));
+    if (p.has_factors) inv_freq /= double(factors[i]);
+    const double theta = double(int64_t(pos[r]) - shift) * inv_freq;
+    const float c = float(cos(theta)), s = float(sign) * float(sin(theta));
+    const size_t a = row + size_t(h) * head_dim + size_t(p.interleaved ? 2 * i : i);
+    const size_t b = p.interleaved ? a + 1 : a + size_t(half);
+    const float x0 = x[a], x1 = x[b];
+    x[a] = x0 * c - x1 * s;
+    x[b] = x0 * s + x1 * c;
+  }
+}
+
+/// out[r] = table row ids[r] (F32 rows of dim), one block per id.
+CHOREO_GLOBAL void embed_f32(cu::Ptr<const float> table, int dim, cu::Ptr<const int32_t> ids, cu::Ptr<float> out) {
+  const unsigned r = cu::block_idx().x;
+  const size_t src = size_t(ids[r]) * size_t(dim), dst = size_t(r) * size_t(dim);
+  for (int i = int(cu::thread_idx().x); i < dim; i += int(cu::block_dim().x)) out[dst + i] = table[src + i];
+}
+
+/// Bytes per block of a format (kernel_args.h). One thread per element.
+CHOREO_HOST_DEVICE inline int block_bytes(BlockFormat f) {
+  return f == BlockFormat::Q8_0 ? 34 : f == BlockFormat::Q4_0 ? 18 : 20;
+}
+
+CHOREO_GLOBAL void dequantize(cu::Ptr<const uint8_t> src, BlockFormat format, size_t n, cu::Ptr<float> dst) {
+  const size_t stride = size_t(block_bytes(format));
+  for (size_t i = global_index(); i < n; i += grid_stride()) {
+    const size_t b = i / 32 * stride;
+    const int j = int(i % 32);
+    const float d = half_to_float(uint32_t(src[b]) | uint32_t(src[b + 1]) << 8);
+    if (format == BlockFormat::Q8_0) {
+      dst[i] = d * float(int8_t(src[b + 2 + size_t(j)]));
+      continue;
+    }
+    const size_t qs = b + (format == BlockFormat::Q4_0 ? 2 : 4);
+    const uint8_t byte = src[qs + size_t(j % 16)];
+    const int q = j < 16 ? byte & 0x0f : byte >> 4;
+    if (format == BlockFormat::Q4_0) {
+      dst[i] = d * float(q - 8);
+    } else {
+      const float m = half_to_float(uint32_t(src[b + 2]) | uint32_t(src[b + 3]) << 8);
+      dst[i] = d * float(q) + m;
+    }
+  }
+}
+
+}  // namespace choreo::cuda::kernels

@@ -1,0 +1,139 @@
+// cuda_selftest: on a machine with an NVIDIA GPU, runs each of choreo's CUDA kernels (kernels/cuda/cuda_kernels.h)
+// and one cuBLAS SGEMM on random inputs and compares them with choreo's CPU backend, printing one line per
+// check; exit 1 on any mismatch or device error, 2 without a device. Built whenever nvcc is found (CMake
+// CHOREO_CUDA); it has never run on a GPU (none was available): scripts/gpu_check.sh is where it will.
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace {
+
+using namespace choreo;
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "cuda_selftest: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+template <class T>
+struct Device {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Device(const std::vector<T>& host) : n(host.size()) {
+    check_cuda(cudaMalloc(&p, n * sizeof(T)), "cudaMalloc");
+    check_cuda(cudaMemcpy(p, host.data(), n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy to device");
+  }
+  ~Device() { cudaFree(p); }
+  std::vector<T> get() const {
+    std::vector<T> out(n);
+    check_cuda(cudaDeviceSynchronize(), "kernel");
+    check_cuda(cudaMemcpy(out.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+    return out;
+  }
+};
+
+std::vector<float> random_values(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+int failures = 0;
+
+void report(const char* name, const std::vector<float>& got, const std::vector<float>& want, double tolerance) {
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    worst = std::max(worst, std::abs(double(got[i]) - double(want[i])) / std::max(1.0, std::abs(double(want[i]))));
+  const bool ok = worst <= tolerance;
+  failures += !ok;
+  std::printf("%-10s %-4s worst relative difference %.3g (tolerance %.1g)\n", name, ok ? "ok" : "FAIL", worst, tolerance);
+}
+
+}  // namespace
+
+int main() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "cuda_selftest: no CUDA device\n");
+    return 2;
+  }
+  std::unique_ptr<kernels::Backend> cpu = kernels::make_cpu_backend(1);
+  const int rows = 7, dim = 576;
+  const std::vector<float> x = random_values(size_t(rows) * dim, 1), w = random_values(size_t(dim), 2);
+  {
+    std::vector<float> want(x.size());
+    cpu->rmsnorm(x.data(), w.data(), rows, dim, 1e-5f, want.data());
+    Device<float> dx(x), dw(w), dout(want);
+    cuda::launch_rmsnorm(dx.p, dw.p, rows, dim, 1e-5f, dout.p, nullptr);
+    report("rmsnorm", dout.get(), want, 1e-5);
+  }
+  {
+    std::vector<float> want(x.size());
+    cpu->swiglu(x.data(), x.data() + dim, x.size() - dim, want.data());
+    Device<float> dx(x), dout(want);
+    cuda::launch_swiglu(dx.p, dx.p + dim, x.size() - dim, dout.p, nullptr);
+    std::vector<float> got = dout.get();
+    got.resize(x.size() - dim);
+    want.resize(x.size() - dim);
+    report("swiglu", got, want, 1e-6);
+  }
+  {
+    const int heads = 9, head_dim = 64;
+    const std::vector<float> q = random_values(size_t(rows) * heads * head_dim, 3);
+    std::vector<int32_t> pos(rows);
+    for (int r = 0; r < rows; ++r) pos[size_t(r)] = 1000 * r + 3;
+    kernels::RopeParams p;
+    p.n_dims = head_dim;
+    p.freq_base = 100000.0f;
+    std::vector<float> want = q;
+    cpu->rope(want.data(), rows, heads, head_dim, pos.data(), p);
+    Device<float> dq(q);
+    Device<int32_t> dpos(pos);
+    cuda::launch_rope(dq.p, rows, heads, head_dim, dpos.p, 0, 1, {head_dim, p.freq_base, 1, 0}, nullptr, nullptr);
+    report("rope", dq.get(), want, 1e-6);
+  }
+  {  // cuBLAS: y = x W^T, W n_out x dim, as the CPU backend's matmul.
+    const int n_out = 96;
+    const std::vector<float> wt = random_values(size_t(n_out) * dim, 4);
+    std::vector<float> want(size_t(rows) * n_out, 0.0f);
+    for (int r = 0; r < rows; ++r)
+      for (int o = 0; o < n_out; ++o) {
+        double s = 0;
+        for (int k = 0; k < dim; ++k) s += double(x[size_t(r) * dim + k]) * wt[size_t(o) * dim + k];
+        want[size_t(r) * n_out + o] = float(s);
+      }
+    Device<float> dx(x), dw(wt), dy(want);
+    cublasHandle_t handle;
+    if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
+      std::fprintf(stderr, "cuda_selftest: cublasCreate failed\n");
+      return 1;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    // Column-major view: Y^T (n_out x rows) = W (n_out x dim, stored as W^T row-major) * X^T (dim x rows).
+    const cublasStatus_t s = cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, n_out, rows, dim, &one, dw.p, dim, dx.p,
+                                         dim, &zero, dy.p, n_out);
+    cublasDestroy(handle);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+      std::fprintf(stderr, "cuda_selftest: cublasSgemm failed (%d)\n", int(s));
+      return 1;
+    }
+    report("sgemm", dy.get(), want, 1e-4);
+  }
+  std::printf("cuda_selftest: %s\n", failures ? "FAILED" : "all checks passed");
+  return failures ? 1 : 0;
+}
