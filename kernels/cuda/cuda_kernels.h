@@ -19,4 +19,24 @@ void launch_rope(float* x, int rows, int n_heads, int head_dim, const int32_t* p
 void launch_embed_f32(const float* table, int dim, const int32_t* ids, int n, float* out, cudaStream_t stream);
 void launch_dequantize(const uint8_t* src, kernels::BlockFormat format, size_t n, float* dst, cudaStream_t stream);
 
+/// Segment attention over an f32 KV pool (kernels/cuda/kernels/attention.cuh); every pointer is device memory.
+/// part_m and part_l hold n_q * n_heads * n_splits floats, part_acc that many times head_dim.
+struct AttentionLaunch {
+  const float* q = nullptr;
+  int n_q = 0, n_heads = 0;
+  const float* pool = nullptr;
+  kernels::AttnCache cache;
+  const int32_t* page_list = nullptr;
+  const kernels::AttnSegment* segments = nullptr;
+  const kernels::AttnGroup* groups = nullptr;
+  const int32_t* group_of_query = nullptr;
+  kernels::RopeArgs rope;
+  const float* rope_factors = nullptr;
+  float scale = 1.0f;
+  int split_tokens = 256, n_splits = 1;
+  float *part_m = nullptr, *part_l = nullptr, *part_acc = nullptr;
+  float* out = nullptr;
+};
+void launch_attention(const AttentionLaunch& a, cudaStream_t stream);
+
 }  // namespace choreo::cuda

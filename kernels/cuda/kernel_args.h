@@ -19,3 +19,26 @@ struct RopeArgs {
 enum class BlockFormat : int { Q8_0, Q4_0, Q4_1 };
 
 }  // namespace choreo::cuda::kernels
+
+namespace choreo::cuda::kernels {
+
+/// Segment attention's view of the cache, flattened for a kernel (kernels::KvSegment and AttentionGroup):
+/// a segment's pages are page_list[first_page, first_page + pages), each an index into the KV pool.
+struct AttnSegment {
+  int first_page = 0;
+  int n_tokens = 0;
+  int delta = 0;
+  int causal_base = -1;
+};
+struct AttnGroup {
+  int q_begin = 0, q_end = 0;
+  int first_segment = 0, n_segments = 0;
+};
+
+/// The KV pool as the attention kernels read it: f32 pages of the kernels::KvLayout layout, page after page.
+struct AttnCache {
+  int n_layers = 0, n_kv_heads = 0, head_dim = 0, page_tokens = 0;
+  int layer = 0;
+};
+
+}  // namespace choreo::cuda::kernels

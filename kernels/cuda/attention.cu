@@ -1,0 +1,18 @@
+// The device build of segment attention (kernels/cuda/kernels/attention.cuh): split-K partials, then the
+// fixed-order combine. The same kernel source runs in the block emulator (tests/cuda/attention_test.cc).
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/kernels/attention.cuh"
+
+namespace choreo::cuda {
+
+void launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
+  const dim3 parts(unsigned(a.n_q), unsigned(a.n_heads), unsigned(a.n_splits));
+  cu::launch("attention_partials", kernels::attention_partials, parts, dim3(32), 0, stream, a.q, a.n_heads, a.pool,
+             a.cache, a.page_list, a.segments, a.groups, a.group_of_query, a.rope, a.rope_factors, a.scale,
+             a.split_tokens, a.n_splits, a.part_m, a.part_l, a.part_acc);
+  cu::launch("attention_combine", kernels::attention_combine, dim3(unsigned(a.n_q), unsigned(a.n_heads)), dim3(32), 0,
+             stream, a.n_heads, a.cache.head_dim, a.n_splits, a.part_m, a.part_l, a.part_acc, a.out);
+}
+
+}  // namespace choreo::cuda
