@@ -3,11 +3,13 @@
 // kernels/cuda/kernels/*.cuh on a stream, with device pointers. Built only when nvcc is found
 // (CMake option CHOREO_CUDA); the kernels' logic is tested on the CPU through the block emulator (tests/cuda).
 
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/blas.h"
 #include "kernels/cuda/kernel_args.h"
 
 namespace choreo::cuda {
@@ -38,5 +40,8 @@ struct AttentionLaunch {
   float* out = nullptr;
 };
 void launch_attention(const AttentionLaunch& a, cudaStream_t stream);
+
+/// kernels/cuda/blas.h's product on device pointers: cublasSgemmStridedBatched (throws on a cuBLAS error).
+void gemm_cublas(cublasHandle_t handle, const blas::Gemm& g);
 
 }  // namespace choreo::cuda
