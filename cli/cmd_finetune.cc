@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -95,7 +96,7 @@ void run_traces(const TracesOptions& o) {
     if (v.is_object() && v.contains("line") && v["line"].is_number_integer()) done.insert(v["line"].get<int>());
   LoadedModel loaded = load_model(o.model_path, o.n_threads);
   eval::LineAppender out(o.out_path, "-o");
-  size_t written = 0, skipped = 0;
+  size_t written = 0, skipped = 0, failed = 0;
   const double start = steady_ms();
   for (const exec::InputRow& row : mine) {
     if (done.contains(row.line)) {
@@ -105,13 +106,25 @@ void run_traces(const TracesOptions& o) {
     // The paper's baseline: every call a plain prefix-cached chat call.
     kv::PagePool pool(*loaded.backend, loaded.model->kv_layout(32), size_t(2048) << 20);
     runtime::Engine engine(runtime::ModelSet(*loaded.model, loaded.lora), pool, runtime::Mode::Prefix);
-    const train::Trace trace = train::sample_trace(workflow, engine, row, o.temperature, o.seed);
-    out.append(train::trace_json(trace).dump() + "\n");
+    std::optional<train::Trace> trace;
+    try {
+      trace = train::sample_trace(workflow, engine, row, o.temperature, o.seed);
+    } catch (const InputError& e) {
+      // As eval does: the row's error, then the other rows; nothing is written for it, so a rerun retries it.
+      ++failed;
+      std::fprintf(stderr, "traces: %s:%d: this row failed:\n%s\n", o.inputs_path.c_str(), row.line, e.render().c_str());
+      continue;
+    }
+    out.append(train::trace_json(*trace).dump() + "\n");
     ++written;
-    std::fprintf(stderr, "traces: %zu/%zu rows (line %d: %zu calls), %.1f s\n", written + skipped, mine.size(),
-                 row.line, trace.calls.size(), (steady_ms() - start) / 1000.0);
+    std::fprintf(stderr, "traces: %zu/%zu rows (line %d: %zu calls), %.1f s\n", written + skipped + failed,
+                 mine.size(), row.line, trace->calls.size(), (steady_ms() - start) / 1000.0);
   }
   std::printf("traces: %zu rows sampled, %zu already in %s\n", written, skipped, o.out_path.c_str());
+  if (failed > 0)
+    throw InputError(fmt::format("{} of {} rows failed (their errors are above); their traces were not written", failed,
+                                 mine.size()),
+                     "fix the rows or the workflow and run the same command again: only the missing rows run");
 }
 
 void run_train(const TrainOptions& o) {

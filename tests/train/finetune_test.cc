@@ -124,6 +124,34 @@ TEST_CASE("finetune traces: at temperature 0 a trace is what a prefix-mode run g
   CHECK(again.out.find("0 rows sampled, 3 already") != std::string::npos);
 }
 
+TEST_CASE("finetune traces: a row that fails is reported with its line, the others are sampled, and exit is 2") {
+  const Toy toy;
+  const std::string workflow = (toy.dir.path / "pick.yaml").string(), rows = (toy.dir.path / "pick.jsonl").string();
+  std::ofstream(workflow) << R"Y(name: pick
+inputs:
+  names: list
+messages:
+  story: {text: "{{ names[1] }} went to the park."}
+steps:
+  - decode: {as: next, parents: [story], header: " Then", max_tokens: 3, temperature: 0}
+output: "{{ next }}"
+)Y";
+  std::ofstream(rows) << R"({"names": ["Tom", "Lily"]})" "\n" R"({"names": ["Ben"]})" "\n" R"({"names": ["Sue", "Max"]})" "\n";
+  const std::string traces = (toy.dir.path / "traces.jsonl").string();
+  const testing::ProcessResult r = toy.choreo({"finetune", "traces", workflow, "--inputs", rows, "--temperature", "0",
+                                               "-o", traces, "-m", toy.model});
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find(rows + ":2: this row failed") != std::string::npos);
+  CHECK(r.err.find("1 of 3 rows failed") != std::string::npos);
+  std::vector<int> lines;
+  {
+    std::ifstream in(traces);
+    for (std::string l; std::getline(in, l);) lines.push_back(nlohmann::json::parse(l)["line"].get<int>());
+  }
+  CHECK(lines == std::vector<int>{1, 3});
+}
+
 TEST_CASE("finetune train: a fixed continuation is learned, generated for a new input, and llama.cpp agrees") {
   const Toy toy;
   const std::string traces = toy.fixed_traces("fixed.jsonl");
