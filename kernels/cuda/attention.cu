@@ -15,4 +15,9 @@ void launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
              stream, a.n_heads, a.cache.head_dim, a.n_splits, a.part_m, a.part_l, a.part_acc, a.out);
 }
 
+void launch_store_kv(float* pool, const kernels::AttnCache& cache, const int32_t* pages, const int32_t* slots,
+                     int n, const float* k, const float* v, cudaStream_t stream) {
+  cu::launch("store_kv", kernels::store_kv, dim3(unsigned(n)), dim3(128), 0, stream, pool, cache, pages, slots, k, v);
+}
+
 }  // namespace choreo::cuda

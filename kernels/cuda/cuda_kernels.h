@@ -40,6 +40,9 @@ struct AttentionLaunch {
   float* out = nullptr;
 };
 void launch_attention(const AttentionLaunch& a, cudaStream_t stream);
+/// Writes n tokens' keys and values of cache.layer into the f32 pool at (pages[t], slots[t]).
+void launch_store_kv(float* pool, const kernels::AttnCache& cache, const int32_t* pages, const int32_t* slots,
+                     int n, const float* k, const float* v, cudaStream_t stream);
 
 /// kernels/cuda/blas.h's product on device pointers: cublasSgemmStridedBatched (throws on a cuBLAS error).
 void gemm_cublas(cublasHandle_t handle, const blas::Gemm& g);

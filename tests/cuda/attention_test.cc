@@ -165,5 +165,33 @@ TEST_CASE("cuda kernels (emulated): segment attention is batch invariant") {
   CHECK(std::memcmp(more_splits.data(), alone.data(), alone.size() * sizeof(float)) == 0);
 }
 
+TEST_CASE("cuda kernels (emulated): store_kv writes the pages KvLayout::write_k and write_v write") {
+  const HeadShape s{9, 3, 64};
+  ::choreo::kernels::KvLayout layout;
+  layout.page_tokens = 16;
+  layout.n_layers = 3;
+  layout.n_kv_heads = s.n_kv_heads;
+  layout.head_dim = s.head_dim;
+  const size_t page_floats = layout.page_bytes() / sizeof(float);
+  const int n = 21, layer = 2;
+  const std::vector<float> k = random_values(size_t(n) * layout.kv_dim(), 10), v = random_values(size_t(n) * layout.kv_dim(), 11);
+  std::vector<int32_t> pages(n), slots(n);
+  for (int t = 0; t < n; ++t) {
+    pages[size_t(t)] = t < 9 ? 2 : 0;  // tokens land in two pages, not in order
+    slots[size_t(t)] = t < 9 ? 7 + t : (t * 5) % 16;
+  }
+  std::vector<float> want = random_values(page_floats * 3, 12), got = want;
+  for (int t = 0; t < n; ++t) {
+    std::byte* page = reinterpret_cast<std::byte*>(want.data() + size_t(pages[size_t(t)]) * page_floats);
+    layout.write_k(page, layer, slots[size_t(t)], k.data() + size_t(t) * layout.kv_dim());
+    layout.write_v(page, layer, slots[size_t(t)], v.data() + size_t(t) * layout.kv_dim());
+  }
+  const kernels::AttnCache cache{layout.n_layers, s.n_kv_heads, s.head_dim, layout.page_tokens, layer};
+  cu::launch("store_kv", kernels::store_kv, Dim3(n), Dim3(64), 0, nullptr, make_ptr(got.data(), got.size()), cache,
+             make_ptr(pages.data(), pages.size()), make_ptr(slots.data(), slots.size()), make_ptr(k.data(), k.size()),
+             make_ptr(v.data(), v.size()));
+  CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+}
+
 }  // namespace
 }  // namespace choreo::cuda

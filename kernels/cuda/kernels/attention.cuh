@@ -153,4 +153,20 @@ CHOREO_GLOBAL void attention_combine(int n_heads, int head_dim, int n_splits, cu
   }
 }
 
+/// Writes the keys and values of n tokens (rows of n_kv_heads * head_dim) of one layer into the pool: token t
+/// goes to page pages[t], slot slots[t] (Backend::store_kv), K into its head-dimension-major tile, V into its
+/// row. One block per token, threads over the row.
+CHOREO_GLOBAL void store_kv(cu::Ptr<float> pool, AttnCache cache, cu::Ptr<const int32_t> pages,
+                            cu::Ptr<const int32_t> slots, cu::Ptr<const float> k, cu::Ptr<const float> v) {
+  const int t = int(cu::block_idx().x);
+  const int kv_dim = cache.n_kv_heads * cache.head_dim;
+  const size_t page_floats = 2 * size_t(cache.n_layers) * size_t(cache.page_tokens) * size_t(kv_dim);
+  const int page = pages[t], slot = slots[t];
+  for (int i = int(cu::thread_idx().x); i < kv_dim; i += int(cu::block_dim().x)) {
+    const int h = i / cache.head_dim, d = i % cache.head_dim;
+    pool[key_at(cache, page_floats, page, h, d, slot)] = k[size_t(t) * size_t(kv_dim) + size_t(i)];
+    pool[value_at(cache, page_floats, page, h, d, slot)] = v[size_t(t) * size_t(kv_dim) + size_t(i)];
+  }
+}
+
 }  // namespace choreo::cuda::kernels
