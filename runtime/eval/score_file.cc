@@ -77,6 +77,11 @@ ResultRow score_line(const json& object, const LineSite& site, Metric metric) {
   for (const char* key : {"ttft_ms", "e2e_ms"})
     if (const json* v = site.first_of(object, {key}); v && v->is_number())
       (std::string_view(key) == "ttft_ms" ? row.ttft_ms : row.e2e_ms) = v->get<double>();
+  // Token counts (a results file of `choreo eval` has them; before, score printed zeros for them).
+  for (auto [key, field] : {std::pair{"tokens_generated", &row.tokens_generated},
+                            std::pair{"tokens_computed", &row.tokens_computed},
+                            std::pair{"tokens_reused", &row.tokens_reused}})
+    if (const json* v = site.first_of(object, {key}); v && v->is_number_integer()) *field = v->get<int64_t>();
   return row;
 }
 

@@ -201,9 +201,13 @@ TEST_CASE("eval results: scoring a LongBench-style predictions file") {
   const std::string path = dir.file("pred.jsonl");
   append_text(path,
               "{\"pred\": \"The cat sat on the mat\", \"answers\": [\"a cat on a mat\", \"dog\"]}\n"
-              "{\"prediction\": \"Paris\", \"gold\": \"Paris\", \"id\": \"q2\"}\n");
+              "{\"prediction\": \"Paris\", \"gold\": \"Paris\", \"id\": \"q2\", \"tokens_generated\": 3, "
+              "\"tokens_computed\": 40, \"tokens_reused\": 7}\n");
   const std::vector<ResultRow> rows = score_file(path, Metric::qa_f1);
   REQUIRE(rows.size() == 2);
+  CHECK(rows[1].tokens_generated == 3);  // token counts are read when present (summed in the summary)
+  CHECK(summarize(rows).modes[0].tokens_computed == 40);
+  CHECK(summarize(rows).modes[0].tokens_reused == 7);
   CHECK(rows[0].id == "1");
   CHECK(rows[0].score == doctest::Approx(6.0 / 7.0));
   CHECK(rows[1].id == "q2");
