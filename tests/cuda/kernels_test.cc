@@ -63,7 +63,7 @@ TEST_CASE("cuda kernels (emulated): swiglu equals the CPU's bit for bit, over a 
   CHECK(got == want);
 }
 
-TEST_CASE("cuda kernels (emulated): rope equals the CPU's bit for bit; a shift is a repositioning; sign -1 undoes it") {
+TEST_CASE("cuda kernels (emulated): rope equals the CPU's bit for bit, a shift is a repositioning, sign -1 undoes it") {
   const std::vector<float> factors = random_values(32, 5, 0.5f);
   for (const Shape& s : kShapes)
     for (int interleaved : {1, 0})
