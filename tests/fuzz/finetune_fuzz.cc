@@ -3,7 +3,7 @@
 // stories260K, must load or throw an InputError naming the file (at a line inside it, for traces), never
 // crash, hang, leak or throw anything else. Traces that load are then teacher-forced through a small
 // choreographed workflow on stories260K (train::trace_messages), which must either give a well-formed graph
-// (parents before readers, a target per token, tokens in the vocabulary) or throw an InputError. Some inputs
+// (parents before readers, no targets or one per token, tokens in the vocabulary) or throw an InputError. Some inputs
 // are generated large (fuzz_common.h, expand()). With CHOREO_FUZZ_SEED_DIR set, start-up writes a real traces
 // file and a real checkpoint there (scripts/fuzz.sh). The model comes from $CHOREO_SHARED/models.
 
