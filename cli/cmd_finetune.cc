@@ -161,21 +161,20 @@ void run_train(const TrainOptions& o) {
 
   // The choreographed run of every trace, teacher-forced: its messages (structure only; the numbers are
   // computed by the training graph).
-  std::vector<train::Example> examples;
-  for (const train::Trace& t : traces) {
+  const auto structure = [&](const train::Trace& t, runtime::Mode mode) {
     kv::PagePool pool(*loaded.backend, base.kv_layout(32), size_t(2048) << 20);
-    runtime::Engine engine(base, pool, runtime::Mode::Choreo);
-    examples.push_back(train::trace_messages(workflow, engine, t));
-  }
+    runtime::Engine engine(base, pool, mode);
+    return train::trace_messages(workflow, engine, t);
+  };
+  std::vector<train::Example> examples;
+  for (const train::Trace& t : traces) examples.push_back(structure(t, runtime::Mode::Choreo));
   // Validation: --val-traces (held-out rows), or a seeded fraction of --traces.
   std::vector<const train::Trace*> val_sources;
   std::vector<train::Example> val_set, train_set;
   if (!val_traces.empty()) {
     train_set = std::move(examples);
     for (const train::Trace& t : val_traces) {
-      kv::PagePool pool(*loaded.backend, base.kv_layout(32), size_t(2048) << 20);
-      runtime::Engine engine(base, pool, runtime::Mode::Choreo);
-      val_set.push_back(train::trace_messages(workflow, engine, t));
+      val_set.push_back(structure(t, runtime::Mode::Choreo));
       val_sources.push_back(&t);
     }
   } else {
@@ -195,9 +194,7 @@ void run_train(const TrainOptions& o) {
   // choreographed run is trained to reach.
   std::vector<train::Example> val_baseline;
   for (const train::Trace* t : val_sources) {
-    kv::PagePool pool(*loaded.backend, base.kv_layout(32), size_t(2048) << 20);
-    runtime::Engine engine(base, pool, runtime::Mode::Prefix);
-    train::Example e = train::trace_messages(workflow, engine, *t);
+    train::Example e = structure(*t, runtime::Mode::Prefix);
     for (train::GraphMessage& m : e) m.lora = false;
     val_baseline.push_back(std::move(e));
   }

@@ -35,7 +35,8 @@
 #include <cmath>
 
 #include "kernels/cuda/emu/block_emulator.h"
-#define CHOREO_GLOBAL
+// Kernels are defined in headers: on the host they are inline functions (device functions say `inline`).
+#define CHOREO_GLOBAL inline
 #define CHOREO_DEVICE
 #define CHOREO_HOST_DEVICE
 #define CHOREO_SHARED_ARRAY(T, name, n) \

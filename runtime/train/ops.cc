@@ -206,12 +206,16 @@ void embedding_backward(int dim, std::span<const int32_t> ids, const T* dout, T*
 
 namespace {
 
+/// Where head h's KV head starts in a row of keys or values (grouped-query heads share one).
+size_t kv_offset(const AttentionShape& s, int h) { return size_t(h / (s.n_heads / s.n_kv_heads)) * size_t(s.head_dim); }
+
 /// One attention call laid out for matrix products: each segment's queries rotated for its placement (rows x
 /// n_heads * head_dim; segments placed at the same delta share one copy), and the columns each segment
 /// takes in a row of scores (only the keys some row can see).
 template <class T>
 struct AttentionPlan {
-  std::vector<std::vector<T>> rotated;  // per distinct delta
+  std::vector<int> deltas;               // the distinct placements
+  std::vector<std::vector<T>> rotated;  // the queries rotated for each
   std::vector<size_t> query_of;         // segment -> index into rotated
   std::vector<int> width, offset;       // segment -> visible columns, first column
   int total = 0;
@@ -221,7 +225,6 @@ struct AttentionPlan {
     const int hd = s.head_dim, qdim = s.n_heads * hd;
     const std::vector<double> inv_freq = inverse_frequencies(s.rope);
     std::vector<T> c(inv_freq.size()), sn(inv_freq.size());
-    std::vector<int> deltas;
     for (const Segment<T>& seg : segments) {
       const auto it = std::find(deltas.begin(), deltas.end(), seg.delta);
       query_of.push_back(size_t(it - deltas.begin()));
@@ -279,7 +282,7 @@ struct AttentionPlan {
   /// The scores of head h against every segment's visible keys: p (rows x total) = q_rot k^T / sqrt(hd).
   void scores(const AttentionShape& s, std::span<const Segment<T>> segments, int rows, int h, T* p) const {
     const int hd = s.head_dim, qdim = s.n_heads * hd, kv_dim = s.n_kv_heads * hd;
-    const size_t kv_off = size_t(h / (s.n_heads / s.n_kv_heads)) * hd;
+    const size_t kv_off = kv_offset(s, h);
     const T scale = T(1) / std::sqrt(T(hd));
     for (size_t g = 0; g < segments.size(); ++g)
       gemm_ld<T>(false, true, rows, width[g], hd, scale, rotated[query_of[g]].data() + size_t(h) * hd, qdim,
@@ -297,7 +300,7 @@ void attention_forward(const AttentionShape& s, const T* q, const int32_t* posit
   std::vector<T> p(size_t(rows) * plan.total);
   std::fill(o, o + size_t(rows) * qdim, T(0));
   for (int h = 0; h < s.n_heads; ++h) {
-    const size_t kv_off = size_t(h / (s.n_heads / s.n_kv_heads)) * hd;
+    const size_t kv_off = kv_offset(s, h);
     plan.scores(s, segments, rows, h, p.data());
     plan.softmax(segments, rows, s.n_heads, h, p.data(), nullptr, lse);
     for (size_t g = 0; g < segments.size(); ++g)
@@ -317,7 +320,7 @@ void attention_backward(const AttentionShape& s, const T* q, const int32_t* posi
   // The gradient of each distinct rotation of the queries.
   std::vector<std::vector<T>> dq_rot(plan.rotated.size(), std::vector<T>(size_t(rows) * qdim, T(0)));
   for (int h = 0; h < s.n_heads; ++h) {
-    const size_t kv_off = size_t(h / (s.n_heads / s.n_kv_heads)) * hd;
+    const size_t kv_off = kv_offset(s, h);
     for (int i = 0; i < rows; ++i) {
       const T* oh = o + size_t(i) * qdim + size_t(h) * hd;
       const T* dh = dout + size_t(i) * qdim + size_t(h) * hd;
@@ -354,10 +357,8 @@ void attention_backward(const AttentionShape& s, const T* q, const int32_t* posi
   const std::vector<double> inv_freq = inverse_frequencies(s.rope);
   std::vector<T> c(inv_freq.size()), sn(inv_freq.size());
   for (size_t r = 0; r < dq_rot.size(); ++r) {
-    size_t g = 0;
-    while (plan.query_of[g] != r) ++g;
     for (int i = 0; i < rows; ++i) {
-      angles(int64_t(positions[i]) - segments[g].delta, inv_freq, true, c.data(), sn.data());
+      angles(int64_t(positions[i]) - plan.deltas[r], inv_freq, true, c.data(), sn.data());
       for (int h = 0; h < s.n_heads; ++h) {
         T* dqh = dq_rot[r].data() + size_t(i) * qdim + size_t(h) * hd;
         rotate(dqh, c.data(), sn.data(), s.rope);

@@ -48,8 +48,11 @@ struct Block {
   std::vector<Thread> threads;
   std::vector<Warp> warps;
   std::unique_ptr<std::max_align_t[]> dynamic;
-  std::map<const void*, std::unique_ptr<std::max_align_t[]>> statics;
-  std::map<const void*, size_t> static_sizes;
+  struct Region {
+    std::unique_ptr<std::max_align_t[]> memory;
+    size_t bytes = 0;
+  };
+  std::map<const void*, Region> statics;  // static __shared__ arrays by declaration site
   std::unordered_map<uintptr_t, Shadow> shadow;
   uint64_t epoch = 1;
   Thread* current = nullptr;
@@ -250,14 +253,13 @@ uint32_t ballot(bool predicate) {
 void* static_shared(const void* site, size_t bytes) {
   Block& b = block();
   auto it = b.statics.find(site);
-  if (it == b.statics.end()) {
-    it = b.statics.emplace(site, std::unique_ptr<std::max_align_t[]>(new std::max_align_t[alloc_units(bytes)]())).first;
-    b.static_sizes[site] = bytes;
-  } else if (b.static_sizes[site] != bytes) {
+  if (it == b.statics.end())
+    it = b.statics.emplace(site, Block::Region{std::unique_ptr<std::max_align_t[]>(new std::max_align_t[alloc_units(bytes)]()), bytes})
+             .first;
+  else if (it->second.bytes != bytes)
     fail(fmt::format("a __shared__ array declared with {} bytes here was declared with {} bytes by another thread",
-                     bytes, b.static_sizes[site]));
-  }
-  return it->second.get();
+                     bytes, it->second.bytes));
+  return it->second.memory.get();
 }
 
 void* dynamic_shared(size_t* bytes) {

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/kernel_args.h"
+#include "kernels/cuda/kernels/rope.cuh"
 #include "kernels/cuda/portable.h"
 
 namespace choreo::cuda::kernels {
@@ -78,16 +79,11 @@ CHOREO_GLOBAL void attention_partials(cu::Ptr<const float> q, int n_heads, cu::P
     for (int d = lane; d < hd; d += 32) q_rot[d] = q[q_row + size_t(d)];
     cu::sync_threads();
     if (seg.delta != 0) {
-      const int half = rope.n_dims / 2;
-      for (int i = lane; i < half; i += 32) {
-        double inv_freq = pow(double(rope.freq_base), -2.0 * double(i) / double(rope.n_dims));
-        if (rope.has_factors) inv_freq /= double(factors[i]);
-        const double theta = -double(seg.delta) * inv_freq;
-        const float c = float(cos(theta)), sn = float(sin(theta));
-        const int a = rope.interleaved ? 2 * i : i, b = rope.interleaved ? a + 1 : a + half;
-        const float x0 = q_rot[a], x1 = q_rot[b];
-        q_rot[a] = x0 * c - x1 * sn;
-        q_rot[b] = x0 * sn + x1 * c;
+      for (int i = lane; i < rope.n_dims / 2; i += 32) {
+        const RopePair pr = rope_pair(rope, factors, i, -double(seg.delta), 1);
+        const float x0 = q_rot[pr.a], x1 = q_rot[pr.b];
+        q_rot[pr.a] = x0 * pr.c - x1 * pr.s;
+        q_rot[pr.b] = x0 * pr.s + x1 * pr.c;
       }
       cu::sync_threads();
     }

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/kernel_args.h"
+#include "kernels/cuda/kernels/rope.cuh"
 #include "kernels/cuda/portable.h"
 
 namespace choreo::cuda::kernels {
@@ -70,16 +71,12 @@ CHOREO_GLOBAL void rope(cu::Ptr<float> x, int n_heads, int head_dim, cu::Ptr<con
   const int half = p.n_dims / 2;
   const size_t row = size_t(r) * size_t(n_heads) * size_t(head_dim);
   for (int k = int(cu::thread_idx().x); k < n_heads * half; k += int(cu::block_dim().x)) {
-    const int h = k / half, i = k % half;
-    double inv_freq = pow(double(p.freq_base), -2.0 * double(i) / double(p.n_dims));
-    if (p.has_factors) inv_freq /= double(factors[i]);
-    const double theta = double(int64_t(pos[r]) - shift) * inv_freq;
-    const float c = float(cos(theta)), s = float(sign) * float(sin(theta));
-    const size_t a = row + size_t(h) * head_dim + size_t(p.interleaved ? 2 * i : i);
-    const size_t b = p.interleaved ? a + 1 : a + size_t(half);
+    const int h = k / half;
+    const RopePair q = rope_pair(p, factors, k % half, double(int64_t(pos[r]) - shift), sign);
+    const size_t a = row + size_t(h) * head_dim + size_t(q.a), b = row + size_t(h) * head_dim + size_t(q.b);
     const float x0 = x[a], x1 = x[b];
-    x[a] = x0 * c - x1 * s;
-    x[b] = x0 * s + x1 * c;
+    x[a] = x0 * q.c - x1 * q.s;
+    x[b] = x0 * q.s + x1 * q.c;
   }
 }
 
