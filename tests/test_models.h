@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "runtime/model/llama.h"
@@ -10,11 +11,14 @@
 
 namespace choreo::testing {
 
-/// A CPU backend (2 threads) and a model loaded on it; the backend outlives the model.
+/// A backend (by default the CPU's, 2 threads) and a model loaded on it; the backend outlives the model.
 struct LoadedModel {
-  std::unique_ptr<kernels::Backend> backend = kernels::make_cpu_backend(2);
+  std::unique_ptr<kernels::Backend> backend;
   std::unique_ptr<model::Model> model;
-  explicit LoadedModel(const std::string& path) { model = model::Model::load(path, *backend); }
+  explicit LoadedModel(const std::string& path, std::unique_ptr<kernels::Backend> on = kernels::make_cpu_backend(2))
+      : backend(std::move(on)) {
+    model = model::Model::load(path, *backend);
+  }
 };
 
 /// A CPU backend (2 threads, like the models') for tests that need KV pages without a model.
@@ -23,9 +27,28 @@ inline kernels::Backend& cpu_backend() {
   return *backend;
 }
 
+/// A backend of the conformance tests, which are written once against kernels::Backend.
+struct NamedBackend {
+  const char* name;
+  kernels::Backend& backend;
+};
+/// Every backend present: the CPU's, and the CUDA kernels run by the block emulator (when a GPU test machine
+/// exists, the CUDA backend joins here).
+inline std::vector<NamedBackend> conformance_backends() {
+  static std::unique_ptr<kernels::Backend> emulated = kernels::make_cuda_emulated_backend();
+  return {{"cpu", cpu_backend()}, {"cuda-emulated", *emulated}};
+}
+
 /// stories260K (F32, SentencePiece vocab), loaded on first use and shared by every test of the binary.
 inline LoadedModel& stories260k() {
   static LoadedModel loaded(shared_file("models/stories260K.gguf"));
+  return loaded;
+}
+
+/// stories260K on the CUDA backend's kernels run by the block emulator (kernels::make_cuda_emulated_backend),
+/// loaded on first use and shared by every test of the binary.
+inline LoadedModel& stories260k_cuda_emulated() {
+  static LoadedModel loaded(shared_file("models/stories260K.gguf"), kernels::make_cuda_emulated_backend());
   return loaded;
 }
 

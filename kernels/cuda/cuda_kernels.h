@@ -21,6 +21,14 @@ void launch_rope(float* x, int rows, int n_heads, int head_dim, const int32_t* p
 void launch_embed_f32(const float* table, int dim, const int32_t* ids, int n, float* out, cudaStream_t stream);
 void launch_dequantize(const uint8_t* src, kernels::BlockFormat format, size_t n, float* dst, cudaStream_t stream);
 
+/// y = x · W^T over n rows, the weight in its stored format (kernels/cuda/kernels/linear.cuh).
+void launch_linear(const kernels::WeightArgs& w, const void* weight, const float* x, int n, float* y, cudaStream_t stream);
+/// out[i] = row ids[i] of the table, dequantised.
+void launch_embed_rows(const kernels::WeightArgs& w, const void* table, const int32_t* ids, int n, float* out,
+                       cudaStream_t stream);
+void launch_add(float* x, const float* y, size_t n, cudaStream_t stream);
+void launch_scale(float* x, size_t n, float s, cudaStream_t stream);
+
 /// Segment attention over an f32 KV pool (kernels/cuda/kernels/attention.cuh); every pointer is device memory.
 /// part_m and part_l hold n_q * n_heads * n_splits floats, part_acc that many times head_dim.
 struct AttentionLaunch {

@@ -2,6 +2,7 @@
 // Plain arguments of choreo's CUDA kernels, shared by the kernel source (kernels/cuda/kernels/*.cuh), the host
 // entry points (kernels/cuda/cuda_kernels.h) and the emulator's tests. No CUDA header needed.
 
+#include <cstddef>
 #include <cstdint>
 
 namespace choreo::cuda::kernels {
@@ -39,6 +40,17 @@ struct AttnGroup {
 struct AttnCache {
   int n_layers = 0, n_kv_heads = 0, head_dim = 0, page_tokens = 0;
   int layer = 0;
+};
+
+/// Formats of weight rows the matrix-product kernels read (kernels/cuda/kernels/linear.cuh).
+enum class WeightFormat : int { F32, F16, BF16, Q8_0, Q4_0, Q4_1 };
+
+/// A weight as the kernels read it: n_out rows of n_in elements, row_stride bytes apart. F32 rows are read
+/// as floats (row_stride a multiple of 4), every other format as bytes.
+struct WeightArgs {
+  WeightFormat format = WeightFormat::F32;
+  int n_out = 0, n_in = 0;
+  size_t row_stride = 0;
 };
 
 }  // namespace choreo::cuda::kernels

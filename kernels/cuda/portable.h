@@ -6,6 +6,8 @@
 //   cu::thread_idx() block_idx() block_dim() grid_dim()      threadIdx, blockIdx, blockDim, gridDim
 //   cu::sync_threads(), cu::sync_warp()                        __syncthreads(), __syncwarp()
 //   cu::shfl(v, lane), cu::shfl_xor(v, mask), cu::ballot(p)    full-warp shuffles and votes (32-bit values)
+//   cu::warp_sum(v), cu::warp_max(v)                           the xor-butterfly reductions over the warp
+//   cu::warp_values(v)[lane]                                   lane's v (a shuffle per read on the device)
 //   CHOREO_SHARED_ARRAY(T, name, n)                            a static __shared__ array
 //   cu::dynamic_shared<T>()                                    the launch's dynamic shared memory
 //   cu::Ptr<T>, cu::make_ptr(p, n)                             global memory (bounds-checked when emulated)
@@ -18,6 +20,7 @@
 // Hardware-only features (tensor-core MMA, inline PTX) stay out of kernels written against this header; where
 // a kernel uses one under nvcc, it keeps a portable fallback beside it, which is what the emulator runs.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -80,6 +83,30 @@ __device__ inline float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xf
 __device__ inline int shfl(int v, int lane) { return __shfl_sync(0xffffffffu, v, lane); }
 __device__ inline int shfl_xor(int v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 __device__ inline uint32_t ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
+/// v summed over the warp by the xor butterfly: at step m (16, 8, 4, 2, 1) lane i adds lane i^m's value to its
+/// own. Every lane ends with the same bits (a + b == b + a exactly).
+__device__ inline float warp_sum(float v) {
+  for (int m = 16; m > 0; m /= 2) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+/// The warp's maximum by the same butterfly (other > v ? other : v).
+__device__ inline float warp_max(float v) {
+  for (int m = 16; m > 0; m /= 2) {
+    const float other = __shfl_xor_sync(0xffffffffu, v, m);
+    v = other > v ? other : v;
+  }
+  return v;
+}
+/// Every lane's value of v: values[t] is lane t's (a shuffle per read, which every lane must make together).
+template <class T>
+struct WarpValues {
+  T v;
+  __device__ T operator[](int lane) const { return __shfl_sync(0xffffffffu, v, lane); }
+};
+template <class T>
+__device__ inline WarpValues<T> warp_values(T v) {
+  return {v};
+}
 __device__ inline unsigned lane_id() {
   return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32;
 }
@@ -199,6 +226,59 @@ inline T shfl_xor(T v, int mask) {
   return shfl(v, int(lane_id()) ^ mask);
 }
 inline uint32_t ballot(bool p) { return emu::ballot(p); }
+/// Every lane's value of v, after one warp exchange; reading lane t is then local (on the device, a shuffle).
+template <class T>
+class WarpValues {
+ public:
+  explicit WarpValues(T v) {
+    static_assert(sizeof(T) == 4, "shuffles move 32-bit values");
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    bits_ = emu::gather(bits, &live_);
+  }
+  T operator[](int lane) const {
+    if (lane < 0 || unsigned(lane) >= live_)
+      emu::fail(fmt::format("shuffle from lane {}, which does not exist in this warp ({} live lanes)", lane, live_));
+    T v;
+    std::memcpy(&v, &bits_[size_t(lane)], 4);
+    return v;
+  }
+
+ private:
+  std::array<uint32_t, kWarpSize> bits_;
+  unsigned live_ = 0;
+};
+template <class T>
+inline WarpValues<T> warp_values(T v) {
+  return WarpValues<T>(v);
+}
+/// The xor butterfly of the device's warp_sum / warp_max, computed from one exchange: the same additions (or
+/// comparisons) in the same order as five shuffles, with a fifth of the emulator's thread switches. Only the
+/// values this lane's result depends on are computed: after step m, those of the lanes j with j ^ lane < m.
+template <class Op>
+inline float warp_butterfly(float v, Op op) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  unsigned live = 0;
+  const std::array<uint32_t, kWarpSize> all = emu::gather(bits, &live);
+  if (live < unsigned(kWarpSize))
+    emu::fail(fmt::format("a warp reduction (xor shuffles) over a partial warp of {} live lanes", live));
+  std::array<float, kWarpSize> a;
+  std::memcpy(a.data(), all.data(), sizeof(a));
+  const int lane = int(lane_id());
+  for (int m = 16; m > 0; m /= 2)
+    for (int x = 0; x < m; ++x) {  // in place: lane j reads j ^ m, which is outside the set this step writes
+      const int j = lane ^ x;
+      a[size_t(j)] = op(a[size_t(j)], a[size_t(j ^ m)]);
+    }
+  return a[size_t(lane)];
+}
+inline float warp_sum(float v) {
+  return warp_butterfly(v, [](float mine, float other) { return mine + other; });
+}
+inline float warp_max(float v) {
+  return warp_butterfly(v, [](float mine, float other) { return other > mine ? other : mine; });
+}
 template <class T>
 inline Shared<T> dynamic_shared() {
   size_t bytes = 0;

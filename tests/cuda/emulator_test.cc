@@ -7,7 +7,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -43,6 +45,26 @@ CHOREO_GLOBAL void warp_sum(Ptr<const float> x, Ptr<float> out) {
   float v = x[i];
   for (int mask = 16; mask > 0; mask /= 2) v += cu::shfl_xor(v, mask);
   if (cu::lane_id() == 0) out[i / 32] = v;
+}
+
+/// Each lane's warp_sum, warp_max and the value warp_values gives for lane (lane + 5) % 32, next to the same
+/// computed with explicit shuffles (the device's definitions of the helpers): out[i] holds 6 values per lane.
+CHOREO_GLOBAL void warp_helpers(Ptr<const float> x, Ptr<float> out) {
+  const unsigned i = cu::block_idx().x * cu::block_dim().x + cu::thread_idx().x;
+  const float v = x[i];
+  float sum = v, max = v;
+  for (int mask = 16; mask > 0; mask /= 2) {
+    sum += cu::shfl_xor(sum, mask);
+    const float other = cu::shfl_xor(max, mask);
+    max = other > max ? other : max;
+  }
+  const int from = int((cu::lane_id() + 5) % 32);
+  out[6 * i] = cu::warp_sum(v);
+  out[6 * i + 1] = sum;
+  out[6 * i + 2] = cu::warp_max(v);
+  out[6 * i + 3] = max;
+  out[6 * i + 4] = cu::warp_values(v)[from];
+  out[6 * i + 5] = cu::shfl(v, from);
 }
 
 /// Every thread adds one to the same shared word without atomics: a race.
@@ -204,6 +226,23 @@ TEST_CASE("cuda emulator: warp shuffles and ballots, including a partial last wa
       for (int i = 0; i < 32; ++i) sum += x[size_t(w * 32 + i)];
       CHECK(out[size_t(w)] == doctest::Approx(sum).epsilon(1e-5));
     }
+  }
+  SUBCASE("warp_sum, warp_max and warp_values give the bits of the explicit shuffles") {
+    const std::vector<float> x = random_values(128, 9, 100.0f);
+    std::vector<float> out(6 * 128);
+    cu::launch("warp_helpers", warp_helpers, Dim3(2), Dim3(64), 0, nullptr, cu::make_ptr(x.data(), x.size()),
+               cu::make_ptr(out.data(), out.size()));
+    for (size_t i = 0; i < 128; ++i) {
+      CAPTURE(i);
+      CHECK(std::memcmp(&out[6 * i], &out[6 * i + 1], 4) == 0);
+      CHECK(std::memcmp(&out[6 * i + 2], &out[6 * i + 3], 4) == 0);
+      CHECK(out[6 * i + 4] == x[i / 32 * 32 + (i % 32 + 5) % 32]);
+      CHECK(std::memcmp(&out[6 * i + 4], &out[6 * i + 5], 4) == 0);
+    }
+    double sum = 0;
+    for (size_t i = 0; i < 32; ++i) sum += x[i];
+    CHECK(out[0] == doctest::Approx(sum).epsilon(1e-5));
+    CHECK(out[2] == *std::max_element(x.begin(), x.begin() + 32));
   }
   SUBCASE("ballots and rotations") {
     std::vector<uint32_t> ballots(64);

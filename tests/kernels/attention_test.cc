@@ -1,6 +1,7 @@
 // Segment attention against a float64 brute-force reference written here from the definition:
 // softmax(q · R(delta) k / sqrt(d)) V over exactly the visible tokens of each segment. Through the Backend
-// interface (pages allocated, written and read back by it), so it can be run against another backend.
+// interface (pages allocated, written and read back by it), on every backend of
+// testing::conformance_backends(): the CPU's and the CUDA kernels in the block emulator.
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include <doctest/doctest.h>
 
+#include "common/error.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/thread_pool.h"
@@ -42,7 +44,7 @@ struct Shape {
 };
 
 /// Attention over three segments against a float64 brute force; returns the output.
-std::vector<float> run_case(RopeParams::Layout layout, bool with_factors, uint32_t seed,
+std::vector<float> run_case(kernels::Backend& be, RopeParams::Layout layout, bool with_factors, uint32_t seed,
                             kernels::DType k_type = kernels::DType::F32, kernels::DType v_type = kernels::DType::F32,
                             Shape shape = {}) {
   std::mt19937 rng(seed);
@@ -54,7 +56,14 @@ std::vector<float> run_case(RopeParams::Layout layout, bool with_factors, uint32
   std::vector<float> factors(head_dim / 2);
   for (auto& f : factors) f = 1.0f + std::abs(normal(rng));
   RopeParams rope{layout, head_dim, 10000.0f, with_factors ? factors.data() : nullptr};
-  kernels::Backend& be = testing::cpu_backend();
+  if (!be.supports_kv(kv)) {  // refused with a clear error, never computed wrongly
+    const kernels::PageId page = be.alloc_page(kv.page_bytes());
+    const std::vector<float> row(size_t(kv.kv_dim()));
+    const int32_t slot = 0;
+    CHECK_THROWS_AS(be.store_kv(kv, 0, std::span(&page, 1), std::span(&slot, 1), row.data(), row.data()), InputError);
+    be.free_page(page);
+    return {};
+  }
 
   // Three segments: two cached messages at arbitrary shifts (incl. negative, overlapping) and the call's own
   // causal tokens. Pages are the backend's; every slot of every layer gets random keys and values through
@@ -134,19 +143,23 @@ std::vector<float> run_case(RopeParams::Layout layout, bool with_factors, uint32
 }
 
 TEST_CASE("segment attention with shifts, gaps, overlaps and a causal own segment equals float64 brute force") {
-  // One thread: whole tiles. Two threads: few tiles, so each is split over its pages and merged.
+  // Every backend (testing::conformance_backends). On the CPU: one thread (whole tiles) and two (few tiles, so
+  // each is split over its pages and merged).
   kernels::cpu::ThreadPool& pool = kernels::cpu::kernel_pool();
   const int threads_before = pool.threads();
-  for (int threads : {1, 2}) {
-    pool.set_threads(threads);
-    for (uint32_t seed = 1; seed <= 4; ++seed) {
-      run_case(RopeParams::Layout::Interleaved, false, seed);
-      run_case(RopeParams::Layout::Halves, false, seed);
-      run_case(RopeParams::Layout::Interleaved, true, seed);
-      // The cache types: attention over what f16 / q8_0 pages hold, against the same reference.
-      run_case(RopeParams::Layout::Interleaved, false, seed, kernels::DType::F16, kernels::DType::F16);
-      run_case(RopeParams::Layout::Halves, true, seed, kernels::DType::Q8_0, kernels::DType::Q8_0);
-      run_case(RopeParams::Layout::Interleaved, false, seed, kernels::DType::Q8_0, kernels::DType::F16);
+  for (const testing::NamedBackend& b : testing::conformance_backends()) {
+    CAPTURE(b.name);
+    for (int threads : {1, 2}) {
+      pool.set_threads(threads);
+      for (uint32_t seed = 1; seed <= 4; ++seed) {
+        run_case(b.backend, RopeParams::Layout::Interleaved, false, seed);
+        run_case(b.backend, RopeParams::Layout::Halves, false, seed);
+        run_case(b.backend, RopeParams::Layout::Interleaved, true, seed);
+        // The cache types: attention over what f16 / q8_0 pages hold, against the same reference.
+        run_case(b.backend, RopeParams::Layout::Interleaved, false, seed, kernels::DType::F16, kernels::DType::F16);
+        run_case(b.backend, RopeParams::Layout::Halves, true, seed, kernels::DType::Q8_0, kernels::DType::Q8_0);
+        run_case(b.backend, RopeParams::Layout::Interleaved, false, seed, kernels::DType::Q8_0, kernels::DType::F16);
+      }
     }
   }
   pool.set_threads(threads_before);
@@ -175,7 +188,7 @@ TEST_CASE("attention at every SIMD level gives the same bits, for every cache ty
                                       std::pair{kernels::DType::F16, kernels::DType::F16},
                                       std::pair{kernels::DType::Q8_0, kernels::DType::Q8_0},
                                       std::pair{kernels::DType::Q8_0, kernels::DType::F16}}) {
-          const std::vector<float> out = run_case(RopeParams::Layout::Halves, false, 11, k_type, v_type, shape);
+          const std::vector<float> out = run_case(testing::cpu_backend(), RopeParams::Layout::Halves, false, 11, k_type, v_type, shape);
           outs.push_back(out);
         }
       }

@@ -1,7 +1,8 @@
 // KV pages through the Backend interface (allocation, K/V stores in each cache type, layer-addressed
 // asynchronous copies), checked against values computed here: the compiler's own binary16 conversion for
 // f16, the q8_0 rounding bound for q8_0, and byte comparison of host images for the copies. Written against
-// kernels::Backend only, so it can be run against another backend.
+// kernels::Backend only, and run on every backend of testing::conformance_backends() (the CPU's, and the CUDA
+// kernels in the block emulator, which store f32 pages only).
 
 #include <algorithm>
 #include <cmath>
@@ -86,93 +87,104 @@ void check_stored(DType type, std::span<const float> want, std::span<const float
 }
 
 TEST_CASE("pages: store_kv writes every cache type as its definition says, read back through copies") {
-  kernels::Backend& be = testing::cpu_backend();
-  for (auto [kt, vt] : {std::pair{DType::F32, DType::F32}, {DType::F16, DType::F16}, {DType::Q8_0, DType::Q8_0},
-                        {DType::Q8_0, DType::F16}}) {
-    CAPTURE(int(kt));
-    CAPTURE(int(vt));
-    const KvLayout kv = layout(kt, vt);
-    const PageId page = be.alloc_page(kv.page_bytes());
-    const auto [k, v] = fill(be, kv, page, 11);
-    const std::vector<std::byte> image = host_image(be, page, kv.page_bytes());
-    std::vector<float> k_got(k.size()), v_got(v.size());
-    for (int l = 0; l < kv.n_layers; ++l)
-      for (int t = 0; t < kv.page_tokens; ++t) {
-        const size_t at = (size_t(l) * kv.page_tokens + t) * kv.kv_dim();
-        kv.read_k(image.data(), l, t, &k_got[at]);
-        kv.read_v(image.data(), l, t, &v_got[at]);
-      }
-    check_stored(kt, k, k_got);
-    check_stored(vt, v, v_got);
-    be.free_page(page);
+  for (const testing::NamedBackend& backend : testing::conformance_backends()) {
+    kernels::Backend& be = backend.backend;
+    CAPTURE(backend.name);
+    for (auto [kt, vt] : {std::pair{DType::F32, DType::F32}, {DType::F16, DType::F16}, {DType::Q8_0, DType::Q8_0},
+                          {DType::Q8_0, DType::F16}}) {
+      CAPTURE(int(kt));
+      CAPTURE(int(vt));
+      const KvLayout kv = layout(kt, vt);
+      if (!be.supports_kv(kv)) continue;  // refusal is checked in attention_test.cc
+      const PageId page = be.alloc_page(kv.page_bytes());
+      const auto [k, v] = fill(be, kv, page, 11);
+      const std::vector<std::byte> image = host_image(be, page, kv.page_bytes());
+      std::vector<float> k_got(k.size()), v_got(v.size());
+      for (int l = 0; l < kv.n_layers; ++l)
+        for (int t = 0; t < kv.page_tokens; ++t) {
+          const size_t at = (size_t(l) * kv.page_tokens + t) * kv.kv_dim();
+          kv.read_k(image.data(), l, t, &k_got[at]);
+          kv.read_v(image.data(), l, t, &v_got[at]);
+        }
+      check_stored(kt, k, k_got);
+      check_stored(vt, v, v_got);
+      be.free_page(page);
+    }
   }
 }
 
 TEST_CASE("pages: the K and V of each layer are ranges that tile the page, copied on their own") {
-  kernels::Backend& be = testing::cpu_backend();
-  for (DType t : {DType::F32, DType::F16, DType::Q8_0}) {
-    const KvLayout kv = layout(t, t);
-    // The ranges cover every byte exactly once.
-    std::vector<int> covered(kv.page_bytes(), 0);
-    for (int l = 0; l < kv.n_layers; ++l)
-      for (ByteRange r : {kv.layer_k(l), kv.layer_v(l)}) {
-        REQUIRE(r.offset + r.bytes <= kv.page_bytes());
-        for (size_t i = r.offset; i < r.offset + r.bytes; ++i) ++covered[i];
-      }
-    CHECK(std::all_of(covered.begin(), covered.end(), [](int c) { return c == 1; }));
+  for (const testing::NamedBackend& backend : testing::conformance_backends()) {
+    kernels::Backend& be = backend.backend;
+    CAPTURE(backend.name);
+    for (DType t : {DType::F32, DType::F16, DType::Q8_0}) {
+      const KvLayout kv = layout(t, t);
+      if (!be.supports_kv(kv)) continue;
+      // The ranges cover every byte exactly once.
+      std::vector<int> covered(kv.page_bytes(), 0);
+      for (int l = 0; l < kv.n_layers; ++l)
+        for (ByteRange r : {kv.layer_k(l), kv.layer_v(l)}) {
+          REQUIRE(r.offset + r.bytes <= kv.page_bytes());
+          for (size_t i = r.offset; i < r.offset + r.bytes; ++i) ++covered[i];
+        }
+      CHECK(std::all_of(covered.begin(), covered.end(), [](int c) { return c == 1; }));
 
-    const PageId a = be.alloc_page(kv.page_bytes()), b = be.alloc_page(kv.page_bytes());
-    fill(be, kv, a, 3);
-    fill(be, kv, b, 4);
-    const std::vector<std::byte> image_a = host_image(be, a, kv.page_bytes());
-    std::vector<std::byte> image_b = host_image(be, b, kv.page_bytes());
-    // Layer 1's K and V, to host on their own: the same bytes as in the whole page.
-    for (ByteRange r : {kv.layer_k(1), kv.layer_v(1)}) {
-      std::vector<std::byte> part(r.bytes);
-      be.copy_to_host(a, r, part.data()).wait();
-      CHECK(std::memcmp(part.data(), image_a.data() + r.offset, r.bytes) == 0);
+      const PageId a = be.alloc_page(kv.page_bytes()), b = be.alloc_page(kv.page_bytes());
+      fill(be, kv, a, 3);
+      fill(be, kv, b, 4);
+      const std::vector<std::byte> image_a = host_image(be, a, kv.page_bytes());
+      std::vector<std::byte> image_b = host_image(be, b, kv.page_bytes());
+      // Layer 1's K and V, to host on their own: the same bytes as in the whole page.
+      for (ByteRange r : {kv.layer_k(1), kv.layer_v(1)}) {
+        std::vector<std::byte> part(r.bytes);
+        be.copy_to_host(a, r, part.data()).wait();
+        CHECK(std::memcmp(part.data(), image_a.data() + r.offset, r.bytes) == 0);
+      }
+      // Layer 2 of A into B, one range from host and one page to page: only those bytes of B change.
+      const ByteRange k2 = kv.layer_k(2), v2 = kv.layer_v(2);
+      be.copy_from_host(image_a.data() + k2.offset, b, k2).wait();
+      be.copy_page(b, a, v2);
+      std::copy_n(image_a.begin() + long(k2.offset), k2.bytes, image_b.begin() + long(k2.offset));
+      std::copy_n(image_a.begin() + long(v2.offset), v2.bytes, image_b.begin() + long(v2.offset));
+      CHECK(host_image(be, b, kv.page_bytes()) == image_b);
+      be.free_page(a);
+      be.free_page(b);
     }
-    // Layer 2 of A into B, one range from host and one page to page: only those bytes of B change.
-    const ByteRange k2 = kv.layer_k(2), v2 = kv.layer_v(2);
-    be.copy_from_host(image_a.data() + k2.offset, b, k2).wait();
-    be.copy_page(b, a, v2);
-    std::copy_n(image_a.begin() + long(k2.offset), k2.bytes, image_b.begin() + long(k2.offset));
-    std::copy_n(image_a.begin() + long(v2.offset), v2.bytes, image_b.begin() + long(v2.offset));
-    CHECK(host_image(be, b, kv.page_bytes()) == image_b);
-    be.free_page(a);
-    be.free_page(b);
   }
 }
 
 TEST_CASE("pages: new pages are zero, also when recycled, and copies run asynchronously and are checked") {
-  kernels::Backend& be = testing::cpu_backend();
-  const KvLayout kv = layout(DType::F32, DType::F32);
-  std::vector<PageId> pages;
-  for (int i = 0; i < 6; ++i) pages.push_back(be.alloc_page(kv.page_bytes()));
-  std::sort(pages.begin(), pages.end());
-  CHECK(std::adjacent_find(pages.begin(), pages.end()) == pages.end());  // distinct ids
-  // Many copies in flight at once, waited for afterwards.
-  std::vector<std::vector<std::byte>> src(pages.size(), std::vector<std::byte>(kv.page_bytes()));
-  std::vector<kernels::Completion> done;
-  for (size_t i = 0; i < pages.size(); ++i) {
-    std::fill(src[i].begin(), src[i].end(), std::byte(i + 1));
-    done.push_back(be.copy_from_host(src[i].data(), pages[i], {0, kv.page_bytes()}));
+  for (const testing::NamedBackend& backend : testing::conformance_backends()) {
+    kernels::Backend& be = backend.backend;
+    CAPTURE(backend.name);
+    const KvLayout kv = layout(DType::F32, DType::F32);
+    std::vector<PageId> pages;
+    for (int i = 0; i < 6; ++i) pages.push_back(be.alloc_page(kv.page_bytes()));
+    std::sort(pages.begin(), pages.end());
+    CHECK(std::adjacent_find(pages.begin(), pages.end()) == pages.end());  // distinct ids
+    // Many copies in flight at once, waited for afterwards.
+    std::vector<std::vector<std::byte>> src(pages.size(), std::vector<std::byte>(kv.page_bytes()));
+    std::vector<kernels::Completion> done;
+    for (size_t i = 0; i < pages.size(); ++i) {
+      std::fill(src[i].begin(), src[i].end(), std::byte(i + 1));
+      done.push_back(be.copy_from_host(src[i].data(), pages[i], {0, kv.page_bytes()}));
+    }
+    for (const kernels::Completion& c : done) c.wait();
+    for (size_t i = 0; i < pages.size(); ++i) CHECK(host_image(be, pages[i], kv.page_bytes()) == src[i]);
+    // Freed and allocated again: the recycled pages come back zeroed.
+    for (PageId p : pages) be.free_page(p);
+    for (size_t i = 0; i < pages.size(); ++i) {
+      const PageId p = be.alloc_page(kv.page_bytes());
+      const std::vector<std::byte> image = host_image(be, p, kv.page_bytes());
+      CHECK(std::all_of(image.begin(), image.end(), [](std::byte b) { return b == std::byte(0); }));
+      pages[i] = p;
+    }
+    // A range outside the page is refused, not copied.
+    std::vector<std::byte> big(kv.page_bytes() + 1);
+    CHECK_THROWS_AS(be.copy_to_host(pages[0], {0, kv.page_bytes() + 1}, big.data()), std::out_of_range);
+    CHECK_THROWS_AS(be.copy_from_host(big.data(), pages[0], {1, kv.page_bytes()}), std::out_of_range);
+    for (PageId p : pages) be.free_page(p);
   }
-  for (const kernels::Completion& c : done) c.wait();
-  for (size_t i = 0; i < pages.size(); ++i) CHECK(host_image(be, pages[i], kv.page_bytes()) == src[i]);
-  // Freed and allocated again: the recycled pages come back zeroed.
-  for (PageId p : pages) be.free_page(p);
-  for (size_t i = 0; i < pages.size(); ++i) {
-    const PageId p = be.alloc_page(kv.page_bytes());
-    const std::vector<std::byte> image = host_image(be, p, kv.page_bytes());
-    CHECK(std::all_of(image.begin(), image.end(), [](std::byte b) { return b == std::byte(0); }));
-    pages[i] = p;
-  }
-  // A range outside the page is refused, not copied.
-  std::vector<std::byte> big(kv.page_bytes() + 1);
-  CHECK_THROWS_AS(be.copy_to_host(pages[0], {0, kv.page_bytes() + 1}, big.data()), std::out_of_range);
-  CHECK_THROWS_AS(be.copy_from_host(big.data(), pages[0], {1, kv.page_bytes()}), std::out_of_range);
-  for (PageId p : pages) be.free_page(p);
 }
 
 TEST_CASE("pages: cache types are named as llama.cpp's -ctk/-ctv, and checked against the model's heads") {

@@ -83,6 +83,11 @@ TEST_CASE("batch invariance: a decode's logits are bit-identical alone, in batch
   check_invariance(testing::stories260k(), 16);  // ~330 tokens: 11 pages of 32, 2 attention chunks
 }
 
+TEST_CASE("batch invariance on the CUDA kernels (block emulator): a decode's logits are bit-identical alone and in batches (stories260K)") {
+  // ~330 tokens: two of the attention kernel's 256-key splits for the longest context, one for the others.
+  check_invariance(testing::stories260k_cuda_emulated(), 16);
+}
+
 TEST_CASE("batch invariance: a decode's logits are bit-identical alone, in batches, with 1 or 2 threads (SmolLM2)") {
   testing::LoadedModel lm(testing::require_file(testing::default_model()));
   check_invariance(lm, 70);  // ~1,400 tokens: 45 pages, 6 attention chunks

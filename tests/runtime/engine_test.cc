@@ -148,6 +148,12 @@ TEST_CASE("master equivalence: C decoded over [A, B] (B encoded over [A]) equals
   master_equivalence(*smol.model, 0.05, 0.75);
 }
 
+TEST_CASE("master equivalence on the CUDA kernels (block emulator): C over [A, B] equals a plain run on A+B+C") {
+  // The same property on kernels::make_cuda_emulated_backend: every product, norm, RoPE, KV store and segment
+  // attention of both runs is a CUDA kernel of kernels/cuda/kernels, run by the emulator.
+  master_equivalence(*testing::stories260k_cuda_emulated().model, 1e-5, 0.0);
+}
+
 /// stories260K with add_bos = false, so a message's encoding depends only on relative positions.
 Loaded stories_without_bos() {
   return load_written("stories260K-nobos", [](const std::string& path) {

@@ -180,22 +180,34 @@ void launch(const LaunchConfig& config, const std::function<void()>& body) {
   if (t_block) throw EmulationError(fmt::format("kernel {}: launched from inside another kernel", config.kernel));
   ++g_counters.launches;
   const unsigned n = unsigned(config.block.count());
-  ctx::pooled_fixedsize_stack stacks(256 * 1024, n);
+  // Thread stacks are kept for the next launch on this host thread: mapping fresh ones every launch cost more
+  // than the kernels (page faults). Their size is not a power of two, so that the tops of a block's stacks do
+  // not all fall into the same cache sets (which made every switch between threads a cache miss).
+  thread_local ctx::pooled_fixedsize_stack stacks(128 * 1024 + 17 * 64, 1024);
+  // One Block, set up again for each block of the grid (its vectors keep their memory).
+  Block b;
+  b.config = &config;
+  b.threads.resize(n);
+  b.warps.resize((n + kWarpSize - 1) / kWarpSize);
   for (unsigned z = 0; z < config.grid.z; ++z)
     for (unsigned y = 0; y < config.grid.y; ++y)
       for (unsigned x = 0; x < config.grid.x; ++x) {
-        Block b;
-        b.config = &config;
         b.idx = {x, y, z};
-        b.threads.resize(n);
         for (unsigned i = 0; i < n; ++i) {
           Thread& t = b.threads[i];
+          t = Thread{};
           t.linear = i;
           t.idx = {i % config.block.x, (i / config.block.x) % config.block.y, i / (config.block.x * config.block.y)};
         }
-        b.warps.resize((n + kWarpSize - 1) / kWarpSize);
-        for (size_t w = 0; w < b.warps.size(); ++w) b.warps[w].live = std::min<unsigned>(kWarpSize, n - unsigned(w) * kWarpSize);
+        for (size_t w = 0; w < b.warps.size(); ++w) {
+          b.warps[w] = Warp{};
+          b.warps[w].live = std::min<unsigned>(kWarpSize, n - unsigned(w) * kWarpSize);
+        }
         b.dynamic.reset(new std::max_align_t[alloc_units(std::max<size_t>(config.dynamic_shared, 1))]);
+        b.statics.clear();
+        b.shadow.clear();
+        b.epoch = 1;
+        b.current = nullptr;
         t_block = &b;
         try {
           run_block(b, stacks, body);
@@ -240,6 +252,13 @@ uint32_t shuffle(uint32_t value, int src_lane) {
   if (src_lane < 0 || unsigned(src_lane) >= w.live)
     fail(fmt::format("shuffle from lane {}, which does not exist in this warp ({} live lanes)", src_lane, w.live));
   return exchange(value)[size_t(src_lane)];
+}
+
+std::array<uint32_t, kWarpSize> gather(uint32_t value, unsigned* live) {
+  *live = block().warps[self().linear / kWarpSize].live;
+  std::array<uint32_t, kWarpSize> all = exchange(value);
+  for (unsigned lane = *live; lane < kWarpSize; ++lane) all[lane] = 0;
+  return all;
 }
 
 uint32_t ballot(bool predicate) {

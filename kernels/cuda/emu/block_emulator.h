@@ -15,6 +15,7 @@
 // - atomics are sequentially consistent (one thread runs at a time).
 // An error stops the launch with an EmulationError naming the kernel, the block, the thread and the access.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -66,6 +67,8 @@ void sync_threads();
 void sync_warp();
 /// The 32-bit word lane `src` of the calling warp published at this exchange.
 uint32_t shuffle(uint32_t value, int src_lane);
+/// Every live lane's 32-bit word of this exchange (lanes past `*live` hold 0).
+std::array<uint32_t, kWarpSize> gather(uint32_t value, unsigned* live);
 /// Bit i set when lane i's predicate is true, over the warp's live lanes.
 uint32_t ballot(bool predicate);
 /// The region of a static `__shared__` array declared at `site` (every thread of a block gets the same one).

@@ -98,22 +98,19 @@ CHOREO_GLOBAL void attention_partials(cu::Ptr<const float> q, int n_heads, cu::P
         for (int d = 0; d < hd; ++d) dot += q_rot[d] * pool[key_at(cache, page_floats, page, kv_head, d, slot)];
         score = dot * scale;
       }
-      float tile_max = score;
-      for (int mask = 16; mask > 0; mask /= 2) {
-        const float other = cu::shfl_xor(tile_max, mask);
-        tile_max = other > tile_max ? other : tile_max;
-      }
+      const float tile_max = cu::warp_max(score);
       const float m_new = tile_max > m ? tile_max : m;
       const float rescale = m == neg_inf ? 0.0f : expf(m - m_new);
       const float p = key < hi ? expf(score - m_new) : 0.0f;
-      float p_sum = p;
-      for (int mask = 16; mask > 0; mask /= 2) p_sum += cu::shfl_xor(p_sum, mask);
+      const float p_sum = cu::warp_sum(p);
       l = l * rescale + p_sum;
       for (int k = 0; k < per_lane; ++k) acc[k] *= rescale;
       const int count = hi - tile < 32 ? hi - tile : 32;
+      const cu::WarpValues<float> p_of = cu::warp_values(p);
+      const cu::WarpValues<int> page_of = cu::warp_values(page), slot_of = cu::warp_values(slot);
       for (int t = 0; t < 32; ++t) {
-        const float pt = cu::shfl(p, t);
-        const int page_t = cu::shfl(page, t), slot_t = cu::shfl(slot, t);
+        const float pt = p_of[t];
+        const int page_t = page_of[t], slot_t = slot_of[t];
         if (t >= count) continue;
         for (int k = 0; k < per_lane && lane + 32 * k < hd; ++k)
           acc[k] += pt * pool[value_at(cache, page_floats, page_t, kv_head, lane + 32 * k, slot_t)];

@@ -8,28 +8,11 @@
 #include <cstdint>
 
 #include "kernels/cuda/kernel_args.h"
+#include "kernels/cuda/kernels/device.cuh"
 #include "kernels/cuda/kernels/rope.cuh"
 #include "kernels/cuda/portable.h"
 
 namespace choreo::cuda::kernels {
-
-/// IEEE binary16 bits -> float (exact).
-CHOREO_HOST_DEVICE inline float half_to_float(uint32_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
-  if (exponent == 0) {  // zero or subnormal: mantissa x 2^-24
-    const float v = float(mantissa) * 5.9604644775390625e-8f;
-    return sign ? -v : v;
-  }
-  const uint32_t bits = exponent == 31 ? sign | 0x7f800000u | (mantissa << 13)
-                                       : sign | ((exponent + 112u) << 23) | (mantissa << 13);
-  return cu::bits_to_float(bits);
-}
-
-/// The global index of this thread and the grid's stride, for grid-stride loops.
-CHOREO_DEVICE inline size_t global_index() {
-  return size_t(cu::block_idx().x) * cu::block_dim().x + cu::thread_idx().x;
-}
-CHOREO_DEVICE inline size_t grid_stride() { return size_t(cu::grid_dim().x) * cu::block_dim().x; }
 
 /// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, one block per row of `dim`; blockDim.x a multiple of 32 up
 /// to 1024. The sum of squares: each thread's strided partial sum, a shuffle tree per warp, then the warps'
@@ -41,7 +24,7 @@ CHOREO_GLOBAL void rmsnorm(cu::Ptr<const float> x, cu::Ptr<const float> w, int d
   const size_t row = size_t(cu::block_idx().x) * size_t(dim);
   float ss = 0.0f;
   for (int i = int(t); i < dim; i += int(threads)) ss += x[row + i] * x[row + i];
-  for (int mask = 16; mask > 0; mask /= 2) ss += cu::shfl_xor(ss, mask);
+  ss = cu::warp_sum(ss);
   if (cu::lane_id() == 0) warp_sums[t / 32] = ss;
   cu::sync_threads();
   if (t == 0) {
@@ -87,31 +70,10 @@ CHOREO_GLOBAL void embed_f32(cu::Ptr<const float> table, int dim, cu::Ptr<const 
   for (int i = int(cu::thread_idx().x); i < dim; i += int(cu::block_dim().x)) out[dst + i] = table[src + i];
 }
 
-/// Bytes per block of a format (kernel_args.h). One thread per element.
-CHOREO_HOST_DEVICE inline int block_bytes(BlockFormat f) {
-  return f == BlockFormat::Q8_0 ? 34 : f == BlockFormat::Q4_0 ? 18 : 20;
-}
-
+/// ggml blocks to floats, one thread per element (a grid-stride loop).
 CHOREO_GLOBAL void dequantize(cu::Ptr<const uint8_t> src, BlockFormat format, size_t n, cu::Ptr<float> dst) {
   const size_t stride = size_t(block_bytes(format));
-  for (size_t i = global_index(); i < n; i += grid_stride()) {
-    const size_t b = i / 32 * stride;
-    const int j = int(i % 32);
-    const float d = half_to_float(uint32_t(src[b]) | uint32_t(src[b + 1]) << 8);
-    if (format == BlockFormat::Q8_0) {
-      dst[i] = d * float(int8_t(src[b + 2 + size_t(j)]));
-      continue;
-    }
-    const size_t qs = b + (format == BlockFormat::Q4_0 ? 2 : 4);
-    const uint8_t byte = src[qs + size_t(j % 16)];
-    const int q = j < 16 ? byte & 0x0f : byte >> 4;
-    if (format == BlockFormat::Q4_0) {
-      dst[i] = d * float(q - 8);
-    } else {
-      const float m = half_to_float(uint32_t(src[b + 2]) | uint32_t(src[b + 3]) << 8);
-      dst[i] = d * float(q) + m;
-    }
-  }
+  for (size_t i = global_index(); i < n; i += grid_stride()) dst[i] = block_element(src, format, i / 32 * stride, int(i % 32));
 }
 
 }  // namespace choreo::cuda::kernels

@@ -1,0 +1,46 @@
+#pragma once
+// Device functions shared by choreo's CUDA kernels (no kernels here, so any kernel header can include it):
+// fp16 bits to float, grid-stride loop indices, and ggml blocks (sizes, elements).
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/kernel_args.h"
+#include "kernels/cuda/portable.h"
+
+namespace choreo::cuda::kernels {
+
+/// IEEE binary16 bits -> float (exact).
+CHOREO_HOST_DEVICE inline float half_to_float(uint32_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa x 2^-24
+    const float v = float(mantissa) * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  const uint32_t bits = exponent == 31 ? sign | 0x7f800000u | (mantissa << 13)
+                                       : sign | ((exponent + 112u) << 23) | (mantissa << 13);
+  return cu::bits_to_float(bits);
+}
+
+/// The global index of this thread and the grid's stride, for grid-stride loops.
+CHOREO_DEVICE inline size_t global_index() {
+  return size_t(cu::block_idx().x) * cu::block_dim().x + cu::thread_idx().x;
+}
+CHOREO_DEVICE inline size_t grid_stride() { return size_t(cu::grid_dim().x) * cu::block_dim().x; }
+
+/// Bytes per block of a format (kernel_args.h).
+CHOREO_HOST_DEVICE inline int block_bytes(BlockFormat f) {
+  return f == BlockFormat::Q8_0 ? 34 : f == BlockFormat::Q4_0 ? 18 : 20;
+}
+
+/// Element j of the ggml block that starts at byte `b` of src, dequantised exactly as kernels/quant.cc does.
+CHOREO_DEVICE inline float block_element(cu::Ptr<const uint8_t> src, BlockFormat f, size_t b, int j) {
+  const float d = half_to_float(uint32_t(src[b]) | uint32_t(src[b + 1]) << 8);
+  if (f == BlockFormat::Q8_0) return d * float(int8_t(src[b + 2 + size_t(j)]));
+  const uint8_t byte = src[b + (f == BlockFormat::Q4_0 ? 2 : 4) + size_t(j % 16)];
+  const int q = j < 16 ? byte & 0x0f : byte >> 4;
+  if (f == BlockFormat::Q4_0) return d * float(q - 8);
+  return d * float(q) + half_to_float(uint32_t(src[b + 2]) | uint32_t(src[b + 3]) << 8);
+}
+
+}  // namespace choreo::cuda::kernels

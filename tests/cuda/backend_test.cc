@@ -1,0 +1,190 @@
+// The CUDA kernels as a whole backend (kernels::make_cuda_emulated_backend: every operation a kernel of
+// kernels/cuda/kernels run by the block emulator, every launch checked for out-of-bounds accesses and races):
+// - the matrix-product kernel against a float64 product of the dequantised weight, in every weight format it
+//   reads, and a row's bits the same alone and in batches of any size;
+// - stories260K on it: the greedy continuation shared/README.md gives (llama.cpp's and llama2.c's), and final
+//   logits within float rounding of the CPU backend's;
+// - what it cannot compute is refused with an InputError: weights in a format it has no kernel for, and f16 /
+//   q8_0 KV pages.
+// The master equivalence test, batch invariance and the llama.cpp comparison also run on it (engine_test.cc,
+// batch_invariance_test.cc, llama_reference_test.cc); the page and attention conformance tests run on every
+// backend (tests/kernels).
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/backend.h"
+#include "kernels/quant.h"
+#include "runtime/kv/page_pool.h"
+#include "runtime/model/llama.h"
+#include "runtime/model/sampler.h"
+#include "runtime/model/session.h"
+#include "tests/cuda/random_values.h"
+#include "tests/reference/reference.h"
+#include "tests/test_models.h"
+
+namespace choreo {
+namespace {
+
+using kernels::DType;
+using testing::random_values;
+
+kernels::Backend& emulated() { return *testing::stories260k_cuda_emulated().backend; }
+
+/// n_out rows of n_in random values stored in `type` (row-major, rows packed).
+struct StoredWeight {
+  std::vector<uint8_t> bytes;
+  kernels::Weight w;
+  StoredWeight(DType type, int n_out, int n_in, unsigned seed) {
+    const std::vector<float> values = random_values(size_t(n_out) * size_t(n_in), seed);
+    const size_t row = kernels::row_bytes(type, n_in);
+    bytes.resize(row * size_t(n_out));
+    for (int o = 0; o < n_out; ++o)
+      kernels::quantize_row(type, values.data() + size_t(o) * n_in, bytes.data() + size_t(o) * row, n_in);
+    w.type = type;
+    w.data = bytes.data();
+    w.n_out = n_out;
+    w.n_in = n_in;
+    w.row_stride = row;
+  }
+};
+
+TEST_CASE("cuda backend (emulated): the product kernel is a float64 product within rounding, in every weight format, and batch invariant") {
+  kernels::Backend& be = emulated();
+  const int n_in = 96, n_out = 37, n = 5;  // outputs not a multiple of the 8 per block
+  const std::vector<float> x = random_values(size_t(n) * n_in, 5, 2.0f);
+  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+    CAPTURE(int(type));
+    const StoredWeight sw(type, n_out, n_in, 17);
+    const kernels::Weight w = be.upload_weight(sw.w);
+    std::vector<float> y(size_t(n) * n_out, -1.0f);
+    be.matmul(w, x.data(), n, y.data());
+    // Against float64 over the weight as stored (dequantised by kernels/quant.cc).
+    std::vector<float> row(n_in);
+    double worst = 0;
+    for (int o = 0; o < n_out; ++o) {
+      kernels::dequantize_row(type, sw.bytes.data() + size_t(o) * sw.w.row_stride, row.data(), n_in);
+      for (int r = 0; r < n; ++r) {
+        double want = 0, magnitude = 0;
+        for (int k = 0; k < n_in; ++k) {
+          want += double(row[size_t(k)]) * double(x[size_t(r) * n_in + k]);
+          magnitude += std::abs(double(row[size_t(k)]) * double(x[size_t(r) * n_in + k]));
+        }
+        worst = std::max(worst, std::abs(double(y[size_t(r) * n_out + o]) - want) / magnitude);
+      }
+    }
+    CHECK(worst < 1e-6);
+    // Each row alone, and the rows in another batch (reversed, with a copy of row 2): the same bits.
+    for (int r = 0; r < n; ++r) {
+      std::vector<float> alone(n_out);
+      be.matmul(w, x.data() + size_t(r) * n_in, 1, alone.data());
+      CHECK(std::memcmp(alone.data(), y.data() + size_t(r) * n_out, sizeof(float) * n_out) == 0);
+    }
+    std::vector<float> other;
+    for (int r : {4, 2, 3, 2, 1, 0}) other.insert(other.end(), x.begin() + long(r) * n_in, x.begin() + long(r + 1) * n_in);
+    std::vector<float> y2(6 * size_t(n_out));
+    be.matmul(w, other.data(), 6, y2.data());
+    CHECK(std::memcmp(y2.data() + n_out, y.data() + 2 * n_out, sizeof(float) * n_out) == 0);
+    CHECK(std::memcmp(y2.data() + 5 * n_out, y.data(), sizeof(float) * n_out) == 0);
+    // A batch of 37 rows (three of the kernel's 16-row groups) holding row 3 at 0, 20 and 36.
+    std::vector<float> big = random_values(37 * size_t(n_in), 6, 2.0f);
+    for (int at : {0, 20, 36}) std::copy_n(x.begin() + 3 * n_in, n_in, big.begin() + long(at) * n_in);
+    std::vector<float> y3(37 * size_t(n_out));
+    be.matmul(w, big.data(), 37, y3.data());
+    for (int at : {0, 20, 36})
+      CHECK(std::memcmp(y3.data() + long(at) * n_out, y.data() + 3 * n_out, sizeof(float) * n_out) == 0);
+    // Embedding rows: the stored rows, dequantised.
+    const std::vector<int32_t> ids = {3, 36, 0, 3};
+    std::vector<float> embedded(ids.size() * size_t(n_in));
+    be.embed(w, ids, embedded.data());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      kernels::dequantize_row(type, sw.bytes.data() + size_t(ids[i]) * sw.w.row_stride, row.data(), n_in);
+      CHECK(std::memcmp(row.data(), embedded.data() + i * size_t(n_in), sizeof(float) * size_t(n_in)) == 0);
+    }
+  }
+}
+
+TEST_CASE("cuda backend (emulated): weights and KV types without a kernel are input errors") {
+  kernels::Backend& be = emulated();
+  kernels::Weight q6k;
+  q6k.type = DType::Q6_K;
+  q6k.n_out = 4;
+  q6k.n_in = 256;
+  q6k.row_stride = kernels::row_bytes(DType::Q6_K, 256);
+  CHECK_THROWS_AS(be.upload_weight(q6k), InputError);
+  const kernels::KvLayout f16{16, 2, 2, 32, DType::F16, DType::F16}, f32{16, 2, 2, 32, DType::F32, DType::F32};
+  CHECK_FALSE(be.supports_kv(f16));
+  CHECK(be.supports_kv(f32));
+}
+
+TEST_CASE("cuda backend (emulated): stories260K continues as shared/README.md says, with the CPU backend's logits") {
+  const model::Model& gpu = *testing::stories260k_cuda_emulated().model;
+  const model::Model& cpu = *testing::stories260k().model;
+  std::vector<float> logits_gpu, logits_cpu;
+  std::vector<model::Token> greedy;
+  {
+    kv::PagePool pool(gpu.backend(), gpu.kv_layout(32), size_t(64) << 20);
+    model::Session s(gpu, pool);
+    s.eval(gpu.vocab().tokenize("Once upon a time", true, true), &logits_gpu);
+    std::vector<float> logits = logits_gpu;
+    for (int i = 0; i < 32; ++i) {
+      const model::Token t = model::argmax(logits);
+      greedy.push_back(t);
+      s.eval(std::span<const model::Token>(&t, 1), &logits);
+    }
+  }
+  CHECK(gpu.vocab().detokenize(greedy) ==
+        ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw");
+  kv::PagePool pool(cpu.backend(), cpu.kv_layout(32), size_t(64) << 20);
+  model::Session s(cpu, pool);
+  s.eval(cpu.vocab().tokenize("Once upon a time", true, true), &logits_cpu);
+  REQUIRE(logits_cpu.size() == logits_gpu.size());
+  const auto [lo, hi] = std::minmax_element(logits_cpu.begin(), logits_cpu.end());
+  double worst = 0;
+  for (size_t i = 0; i < logits_cpu.size(); ++i) worst = std::max(worst, double(std::abs(logits_cpu[i] - logits_gpu[i])));
+  MESSAGE("stories260K, CUDA kernels (emulated) vs CPU backend: max |Δlogit| / range = ", worst / double(*hi - *lo));
+  CHECK(worst / double(*hi - *lo) < 1e-5);
+}
+
+TEST_CASE("cuda backend (emulated): SmolLM2-135M's Q4_1 file gives the logits of its weights dequantised to F32 by llama.cpp, on the CPU") {
+  // The real model's shapes (9 query heads over 3 KV heads of 64, a 49,152-token vocabulary: 6,144 blocks of
+  // the product kernel) with its Q4_1 and Q8_0 weights read by the kernel, against the CPU backend on the same
+  // weights converted to F32 by llama.cpp's quantize tool. Both keep activations in f32, so they agree to float
+  // rounding. Slow in emulation (about 3 s per token), so one short prompt and two decode steps.
+  testing::LoadedModel gpu(testing::require_file(testing::default_model()), kernels::make_cuda_emulated_backend());
+  testing::DequantizedModel f32(testing::require_file(testing::default_model()));
+  testing::LoadedModel cpu(f32.path());
+  const std::vector<model::Token> prompt = gpu.model->vocab().tokenize("The capital of France is", true, true);
+  REQUIRE(prompt == cpu.model->vocab().tokenize("The capital of France is", true, true));
+  auto steps = [&](const model::Model& m) {
+    kv::PagePool pool(m.backend(), m.kv_layout(32), size_t(64) << 20);
+    model::Session s(m, pool);
+    std::vector<std::vector<float>> out(1);
+    s.eval(prompt, &out[0]);
+    for (int i = 0; i < 2; ++i) {
+      const model::Token t = model::argmax(out.back());
+      out.emplace_back();
+      s.eval(std::span<const model::Token>(&t, 1), &out.back());
+    }
+    return out;
+  };
+  const auto a = steps(*gpu.model), b = steps(*cpu.model);
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(a[i].size() == b[i].size());
+    CHECK(model::argmax(a[i]) == model::argmax(b[i]));
+    const auto [lo, hi] = std::minmax_element(b[i].begin(), b[i].end());
+    for (size_t j = 0; j < a[i].size(); ++j) worst = std::max(worst, double(std::abs(a[i][j] - b[i][j])) / double(*hi - *lo));
+  }
+  MESSAGE("SmolLM2 Q4_1 on the CUDA kernels (emulated) vs its F32 dequantisation on the CPU: max |Δlogit| / range = ", worst);
+  CHECK(worst < 1e-4);
+}
+
+}  // namespace
+}  // namespace choreo
