@@ -168,8 +168,8 @@ class Backend {
   virtual void add(float* x, const float* y, size_t n) = 0;
   /// x *= s over n values.
   virtual void scale(float* x, size_t n, float s) = 0;
-  /// True when store_kv and attention take pages of this layout's cache types (the CPU backend: every type
-  /// KvLayout::check accepts; the CUDA kernels: f32).
+  /// True when store_kv and attention take pages of this layout's cache types (both backends: every type
+  /// KvLayout::check accepts, f32, f16 and q8_0).
   virtual bool supports_kv(const KvLayout& kv) const { return true; }
   /// KV page memory, owned by the backend. A new page holds `bytes` zero bytes; alloc_page throws
   /// std::bad_alloc when the device has no room (budgets are kept above this, by kv::PagePool).
@@ -203,7 +203,7 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 /// The CUDA backend's kernels (kernels/cuda/kernels) run on the CPU through the block emulator
 /// (kernels/cuda/emu/emulated_backend.cc): every launch checked for out-of-bounds accesses and shared-memory
 /// races. Slow (one fiber per CUDA thread): for tests and for checking kernels, on stories260K-sized models.
-/// Reads F32/F16/BF16/Q8_0/Q4_0/Q4_1 weights and f32 KV pages; other types are an InputError.
+/// Reads F32/F16/BF16/Q8_0/Q4_0/Q4_1 weights and f32/f16/q8_0 KV pages; other weights are an InputError.
 std::unique_ptr<Backend> make_cuda_emulated_backend();
 
 }  // namespace choreo::kernels

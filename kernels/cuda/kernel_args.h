@@ -36,10 +36,15 @@ struct AttnGroup {
   int first_segment = 0, n_segments = 0;
 };
 
-/// The KV pool as the attention kernels read it: f32 pages of the kernels::KvLayout layout, page after page.
+/// KV cache types (kernels::KvLayout's k_type and v_type; llama.cpp's -ctk/-ctv).
+enum class KvType : int { F32, F16, Q8_0 };
+
+/// The KV pool as the attention and store kernels see it: pages of the kernels::KvLayout layout, page after
+/// page, each its page bytes rounded up to a multiple of 4 (f32 pages need no rounding).
 struct AttnCache {
   int n_layers = 0, n_kv_heads = 0, head_dim = 0, page_tokens = 0;
   int layer = 0;
+  KvType k_type = KvType::F32, v_type = KvType::F32;
 };
 
 /// Formats of weight rows the matrix-product kernels read (kernels/cuda/kernels/linear.cuh).

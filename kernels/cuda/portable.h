@@ -11,6 +11,7 @@
 //   CHOREO_SHARED_ARRAY(T, name, n)                            a static __shared__ array
 //   cu::dynamic_shared<T>()                                    the launch's dynamic shared memory
 //   cu::Ptr<T>, cu::make_ptr(p, n)                             global memory (bounds-checked when emulated)
+//   cu::as_bytes(p)                                            the same memory as bytes (reinterpret_cast)
 //   cu::Shared<T>                                              shared memory (checked and race-detected)
 //   cu::atomic_add(Ptr<float>, i, v)                           atomicAdd
 //   cu::bits_to_float(u)                                       __uint_as_float
@@ -63,6 +64,8 @@ template <class T>
 inline T* make_ptr(T* p, size_t) {
   return p;
 }
+__host__ __device__ inline uint8_t* as_bytes(float* p) { return reinterpret_cast<uint8_t*>(p); }
+__host__ __device__ inline const uint8_t* as_bytes(const float* p) { return reinterpret_cast<const uint8_t*>(p); }
 __host__ __device__ inline float bits_to_float(uint32_t b) {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(b);
@@ -157,6 +160,13 @@ class Ptr {
 template <class T>
 inline Ptr<T> make_ptr(T* p, size_t n) {
   return Ptr<T>(p, n);
+}
+/// The same allocation as bytes, the extent and offset scaled.
+inline Ptr<uint8_t> as_bytes(Ptr<float> p) {
+  return Ptr<uint8_t>(reinterpret_cast<uint8_t*>(p.base()), p.extent() * 4, p.offset() * 4);
+}
+inline Ptr<const uint8_t> as_bytes(Ptr<const float> p) {
+  return Ptr<const uint8_t>(reinterpret_cast<const uint8_t*>(p.base()), p.extent() * 4, p.offset() * 4);
 }
 inline float bits_to_float(uint32_t b) {
   float f;

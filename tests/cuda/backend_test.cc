@@ -4,8 +4,8 @@
 //   reads, and a row's bits the same alone and in batches of any size;
 // - stories260K on it: the greedy continuation shared/README.md gives (llama.cpp's and llama2.c's), and final
 //   logits within float rounding of the CPU backend's;
-// - what it cannot compute is refused with an InputError: weights in a format it has no kernel for, and f16 /
-//   q8_0 KV pages.
+// - KV pages it writes in f32, f16 and q8_0 are byte for byte the CPU backend's;
+// - what it cannot compute is refused with an InputError: weights in a format it has no kernel for.
 // The master equivalence test, batch invariance and the llama.cpp comparison also run on it (engine_test.cc,
 // batch_invariance_test.cc, llama_reference_test.cc); the page and attention conformance tests run on every
 // backend (tests/kernels).
@@ -24,8 +24,10 @@
 #include "runtime/model/llama.h"
 #include "runtime/model/sampler.h"
 #include "runtime/model/session.h"
+#include "runtime/model/synth.h"
 #include "tests/cuda/random_values.h"
 #include "tests/reference/reference.h"
+#include "tests/scratch_dir.h"
 #include "tests/test_models.h"
 
 namespace choreo {
@@ -109,7 +111,7 @@ TEST_CASE("cuda backend (emulated): the product kernel is a float64 product with
   }
 }
 
-TEST_CASE("cuda backend (emulated): weights and KV types without a kernel are input errors") {
+TEST_CASE("cuda backend (emulated): weights without a kernel are input errors") {
   kernels::Backend& be = emulated();
   kernels::Weight q6k;
   q6k.type = DType::Q6_K;
@@ -117,9 +119,81 @@ TEST_CASE("cuda backend (emulated): weights and KV types without a kernel are in
   q6k.n_in = 256;
   q6k.row_stride = kernels::row_bytes(DType::Q6_K, 256);
   CHECK_THROWS_AS(be.upload_weight(q6k), InputError);
-  const kernels::KvLayout f16{16, 2, 2, 32, DType::F16, DType::F16}, f32{16, 2, 2, 32, DType::F32, DType::F32};
-  CHECK_FALSE(be.supports_kv(f16));
-  CHECK(be.supports_kv(f32));
+}
+
+TEST_CASE("cuda backend (emulated): KV pages in f32, f16 and q8_0 are written byte for byte as the CPU backend writes them") {
+  kernels::Backend& gpu = emulated();
+  kernels::Backend& cpu = testing::cpu_backend();
+  for (auto [kt, vt] : {std::pair{DType::F32, DType::F32}, {DType::F16, DType::F16}, {DType::Q8_0, DType::Q8_0},
+                        {DType::Q8_0, DType::F16}, {DType::F16, DType::F32}}) {
+    CAPTURE(int(kt));
+    CAPTURE(int(vt));
+    const kernels::KvLayout kv{16, 3, 2, 64, kt, vt};
+    REQUIRE(gpu.supports_kv(kv));
+    // 40 tokens over three pages, slots out of order; values with zeros, a tiny block and large magnitudes.
+    const int n = 40;
+    std::vector<float> k = random_values(size_t(n) * kv.kv_dim(), 21, 30.0f), v = random_values(k.size(), 22, 0.01f);
+    std::fill_n(k.begin() + 64, 32, 0.0f);
+    for (size_t i = 0; i < 32; ++i) v[i] = 1e-6f * float(i);
+    std::vector<std::vector<std::byte>> images;
+    for (kernels::Backend* be : {&gpu, &cpu}) {
+      std::vector<kernels::PageId> pages = {be->alloc_page(kv.page_bytes()), be->alloc_page(kv.page_bytes()),
+                                            be->alloc_page(kv.page_bytes())};
+      std::vector<kernels::PageId> page_of(n);
+      std::vector<int32_t> slot_of(n);
+      for (int t = 0; t < n; ++t) {
+        page_of[size_t(t)] = pages[size_t((t * 7) % 3)];
+        slot_of[size_t(t)] = (t * 5) % 16;
+      }
+      // (page, slot) pairs repeat past 48 tokens only, so every token has its own place.
+      for (int layer = 0; layer < kv.n_layers; ++layer) be->store_kv(kv, layer, page_of, slot_of, k.data(), v.data());
+      images.emplace_back(3 * kv.page_bytes());
+      for (size_t p = 0; p < 3; ++p) {
+        be->copy_to_host(pages[p], {0, kv.page_bytes()}, images.back().data() + p * kv.page_bytes()).wait();
+        be->free_page(pages[p]);
+      }
+    }
+    CHECK(images[0] == images[1]);
+  }
+}
+
+TEST_CASE("cuda backend (emulated): a model on f16 and q8_0 KV pages gives the CPU backend's logits on the same cache types") {
+  // SmolLM2's attention shape (9 heads over 3 KV heads of 64: q8_0 needs heads of a multiple of 32), two layers,
+  // random F32 weights. The two backends write the same page bytes from the same rows (test above), so they
+  // differ only where float rounding of K or V moves a value across an f16 or q8_0 rounding boundary.
+  model::SynthShape shape = *model::find_synth_shape("smollm2-135m");
+  shape.name = "smollm2-2-layers";
+  shape.block_count = 2;
+  shape.vocab_size = 512;
+  testing::ScratchDir dir;
+  const std::string path = (dir.path / "synthetic.gguf").string();
+  model::write_synthetic_model(shape, DType::F32, path, 3);
+  testing::LoadedModel gpu(path, kernels::make_cuda_emulated_backend()), cpu(path);
+  std::vector<model::Token> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back((i * 37 + 11) % 512);
+  for (auto [kt, vt] : {std::pair{DType::F16, DType::F16}, {DType::Q8_0, DType::Q8_0}, {DType::Q8_0, DType::F16}}) {
+    CAPTURE(int(kt));
+    CAPTURE(int(vt));
+    auto steps = [&](const model::Model& m) {
+      kv::PagePool pool(m.backend(), m.kv_layout(16, kt, vt), size_t(64) << 20);
+      model::Session s(m, pool);
+      std::vector<std::vector<float>> out(1);
+      s.eval(prompt, &out[0]);
+      for (model::Token t : {5, 77, 300}) {
+        out.emplace_back();
+        s.eval(std::span<const model::Token>(&t, 1), &out.back());
+      }
+      return out;
+    };
+    const auto a = steps(*gpu.model), b = steps(*cpu.model);
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const auto [lo, hi] = std::minmax_element(b[i].begin(), b[i].end());
+      for (size_t j = 0; j < a[i].size(); ++j) worst = std::max(worst, double(std::abs(a[i][j] - b[i][j])) / double(*hi - *lo));
+    }
+    MESSAGE("KV types (", int(kt), ", ", int(vt), "): CUDA kernels (emulated) vs CPU backend, max |Δlogit| / range = ", worst);
+    CHECK(worst < 1e-3);
+  }
 }
 
 TEST_CASE("cuda backend (emulated): stories260K continues as shared/README.md says, with the CPU backend's logits") {

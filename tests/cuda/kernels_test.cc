@@ -150,5 +150,29 @@ TEST_CASE("cuda kernels (emulated): Q8_0, Q4_0 and Q4_1 dequantise as the CPU do
   CHECK(same);
 }
 
+TEST_CASE("cuda kernels: float to fp16 rounds as the CPU's fp32_to_fp16, on every rounding boundary and random bits") {
+  // Every fp16 value, and the midpoints and neighbours between consecutive ones (ties to even, subnormals,
+  // overflow to infinity), then 4 million random float bit patterns (NaNs included).
+  size_t differ = 0, n = 0;
+  const auto check = [&](float x) {
+    ++n;
+    differ += kernels::float_to_half_bits(x) != ::choreo::kernels::fp32_to_fp16(x);
+  };
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float a = ::choreo::kernels::fp16_to_fp32(uint16_t(h)), b = ::choreo::kernels::fp16_to_fp32(uint16_t(h + 1));
+    const float mid = float((double(a) + double(b)) / 2);
+    for (float x : {a, mid, std::nextafter(mid, -INFINITY), std::nextafter(mid, INFINITY)}) check(x);
+  }
+  std::mt19937 rng(5);
+  for (int i = 0; i < 4'000'000; ++i) {
+    const uint32_t bits = rng();
+    float x;
+    std::memcpy(&x, &bits, 4);
+    check(x);
+  }
+  CHECK(differ == 0);
+  CHECK(n > 4'200'000);
+}
+
 }  // namespace
 }  // namespace choreo::cuda

@@ -9,12 +9,15 @@
 // backend holds them in device memory (weights uploaded once, an activation arena), which the model code does
 // not give it yet (docs/cuda.md). Copies between pages and host memory are done when they return.
 //
+// KV pages in f32, f16 and q8_0 (llama.cpp's -ctk/-ctv) are written and read by the kernels.
+//
 // Operations are serialised by one mutex: the emulator runs one block at a time on the calling thread, and an
 // arena may move when it grows.
 
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -144,7 +147,7 @@ class EmulatedCudaBackend final : public Backend {
     cuda::cu::launch("scale", ck::scale, Dim3(grid_stride_blocks(n)), Dim3(256), 0, nullptr, make_ptr(x, n), n, s);
   }
 
-  bool supports_kv(const KvLayout& kv) const override { return kv.is_f32(); }
+  bool supports_kv(const KvLayout& kv) const override { return kv_type(kv.k_type) && kv_type(kv.v_type); }
   PageId alloc_page(size_t bytes) override {
     std::lock_guard lock(mutex_);
     auto it = std::find_if(arenas_.begin(), arenas_.end(), [&](const Arena& a) { return a.page_bytes == bytes; });
@@ -173,7 +176,7 @@ class EmulatedCudaBackend final : public Backend {
   void store_kv(const KvLayout& kv, int layer, std::span<const PageId> pages, std::span<const int32_t> slots,
                 const float* k, const float* v) override {
     if (pages.empty()) return;
-    require_f32(kv);
+    require_types(kv);
     std::lock_guard lock(mutex_);
     Arena& a = arena_for(kv, pages[0]);
     std::vector<int32_t> index(pages.size());
@@ -202,7 +205,7 @@ class EmulatedCudaBackend final : public Backend {
   void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& kv,
                  std::span<const AttentionGroup> groups, const RopeParams& rope, float scale, float* out) override {
     if (n_q <= 0) return;
-    require_f32(kv);
+    require_types(kv);
     if (kv.head_dim > ck::kMaxHeadDim)
       throw InputError(fmt::format("head dimension {} is above the CUDA attention kernel's {}", kv.head_dim, ck::kMaxHeadDim));
     std::lock_guard lock(mutex_);
@@ -266,13 +269,19 @@ class EmulatedCudaBackend final : public Backend {
   static constexpr uint32_t kIndexMask = (uint32_t(1) << kIndexBits) - 1, kPagesPerArena = kIndexMask + 1;
   static constexpr size_t kMaxArenas = 256;
 
-  static void require_f32(const KvLayout& kv) {
-    if (!kv.is_f32())
-      throw InputError("the CUDA backend's attention reads f32 KV pages only",
-                       "use --cache-type-k f32 --cache-type-v f32 (the default)");
+  static std::optional<ck::KvType> kv_type(DType t) {
+    if (t == DType::F32) return ck::KvType::F32;
+    if (t == DType::F16) return ck::KvType::F16;
+    if (t == DType::Q8_0) return ck::KvType::Q8_0;
+    return std::nullopt;
+  }
+  static void require_types(const KvLayout& kv) {
+    if (!kv_type(kv.k_type) || !kv_type(kv.v_type))
+      throw InputError("the CUDA kernels store KV pages in f32, f16 or q8_0 only",
+                       "use --cache-type-k / --cache-type-v f32, f16 or q8_0");
   }
   static ck::AttnCache cache_args(const KvLayout& kv, int layer) {
-    return {kv.n_layers, kv.n_kv_heads, kv.head_dim, kv.page_tokens, layer};
+    return {kv.n_layers, kv.n_kv_heads, kv.head_dim, kv.page_tokens, layer, *kv_type(kv.k_type), *kv_type(kv.v_type)};
   }
   static ck::RopeArgs rope_args(const RopeParams& p) {
     return {p.n_dims, p.freq_base, p.layout == RopeParams::Layout::Interleaved ? 1 : 0, p.freq_factors ? 1 : 0};

@@ -22,6 +22,29 @@ CHOREO_HOST_DEVICE inline float half_to_float(uint32_t h) {
   return cu::bits_to_float(bits);
 }
 
+/// float -> IEEE binary16 bits, rounded to nearest even (overflow to infinity, NaN kept quiet with its top
+/// payload bits), as kernels/quant.cc's fp32_to_fp16.
+CHOREO_HOST_DEVICE inline uint32_t float_to_half_bits(float value) {
+  uint32_t bits;
+  memcpy(&bits, &value, 4);
+  const uint32_t sign = (bits >> 16) & 0x8000u, magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu);
+  if (magnitude >= 0x477ff000u) return sign | 0x7c00u;
+  const uint32_t exponent = magnitude >> 23;
+  if (exponent < 113) {  // a half subnormal or zero, in units of 2^-24
+    if (exponent < 102) return sign;
+    const uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u, shift = 126 - exponent;
+    uint32_t quotient = mantissa >> shift;
+    const uint32_t remainder = mantissa & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (remainder > half || (remainder == half && (quotient & 1u))) ++quotient;
+    return sign | quotient;
+  }
+  uint32_t half_bits = ((exponent - 112) << 10) | ((magnitude >> 13) & 0x3ffu);
+  const uint32_t remainder = magnitude & 0x1fffu;
+  if (remainder > 0x1000u || (remainder == 0x1000u && (half_bits & 1u))) ++half_bits;
+  return sign | half_bits;
+}
+
 /// The global index of this thread and the grid's stride, for grid-stride loops.
 CHOREO_DEVICE inline size_t global_index() {
   return size_t(cu::block_idx().x) * cu::block_dim().x + cu::thread_idx().x;
