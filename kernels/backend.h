@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "kernels/dtype.h"
 
@@ -140,12 +141,27 @@ struct AttentionGroup {
 };
 
 /// The operations a forward pass needs. All activations are fp32, row-major.
+///
+/// Memory: activations, the normalisation weights and every other float array an operation reads or writes
+/// are the backend's own memory (alloc; host memory on the CPU, device memory under CUDA), which model code
+/// never dereferences: it moves data in with upload, out with download, and between buffers with copy.
+/// Small per-call metadata stays in host memory: token ids, positions, page ids and slots, attention groups
+/// and RoPE's frequency factors. Weights are prepared by upload_weight, KV pages by alloc_page.
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual void set_threads(int n_threads) = 0;
   virtual int threads() const = 0;
+
+  /// `bytes` bytes of the backend's memory (64-byte aligned), or std::bad_alloc.
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  /// Copies between host memory and the backend's memory, and within the backend's memory. They are done when
+  /// they return.
+  virtual void upload(void* dst, const void* host, size_t bytes) = 0;
+  virtual void download(void* host, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
 
   /// Prepares a weight for this backend's matrix products, once, at load (DESIGN.md §8: weights are uploaded
   /// once). The result may carry a copy in the backend's own layout (Weight::packed), owned by the result.
@@ -191,6 +207,43 @@ class Backend {
   virtual void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& kv,
                          std::span<const AttentionGroup> groups, const RopeParams& rope, float scale,
                          float* out) = 0;
+};
+
+/// An array of T in a backend's memory (Backend::alloc), released with it. Its elements are not readable from
+/// the host except through the backend (Backend::download), unless the backend is the CPU's.
+template <class T>
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend& backend, size_t n) : backend_(&backend), n_(n) {
+    if (n > 0) data_ = static_cast<T*>(backend.alloc(n * sizeof(T)));
+  }
+  Buffer(Buffer&& o) noexcept : backend_(o.backend_), data_(o.data_), n_(o.n_) {
+    o.data_ = nullptr;
+    o.n_ = 0;
+  }
+  Buffer& operator=(Buffer&& o) noexcept {
+    std::swap(backend_, o.backend_);
+    std::swap(data_, o.data_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  ~Buffer() {
+    if (data_) backend_->release(data_);
+  }
+  T* data() const { return data_; }
+  size_t size() const { return n_; }
+  /// At least n elements; the contents are not kept when it grows.
+  void reserve(Backend& backend, size_t n) {
+    if (n > n_ || backend_ != &backend) *this = Buffer(backend, n);
+  }
+  /// The whole array from / to host memory.
+  void upload(std::span<const T> host) const { backend_->upload(data_, host.data(), host.size_bytes()); }
+
+ private:
+  Backend* backend_ = nullptr;
+  T* data_ = nullptr;
+  size_t n_ = 0;
 };
 
 /// The most threads a backend accepts (llama.cpp's limit too); far more than this exhausts the process.

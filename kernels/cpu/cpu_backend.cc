@@ -1,7 +1,9 @@
 // The CPU implementation of kernels::Backend: matrix products from kernels/cpu/matmul, attention and
 // elementwise ops from their own files. Threads are the kernel pool's (thread_pool.h), sized by set_threads.
 
+#include <algorithm>
 #include <cstring>
+#include <new>
 
 #include <thread>
 
@@ -30,6 +32,12 @@ class CpuBackend final : public Backend {
     cpu::kernel_pool().set_threads(n_threads_);
   }
   int threads() const override { return n_threads_; }
+
+  void* alloc(size_t bytes) override { return ::operator new(std::max<size_t>(bytes, 1), std::align_val_t(64)); }
+  void release(void* p) override { ::operator delete(p, std::align_val_t(64)); }
+  void upload(void* dst, const void* host, size_t bytes) override { std::memcpy(dst, host, bytes); }
+  void download(void* host, const void* src, size_t bytes) override { std::memcpy(host, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
 
   Weight upload_weight(const Weight& w) override {
     Weight uploaded = w;

@@ -148,6 +148,8 @@ std::vector<kernels::KvSegment> Engine::segments_for(Work& w, int bos_model) {
       const kernels::KvLayout& kv = store_.pool().layout();
       std::vector<std::byte> host = m.pages.to_host(copy->pages().size());
       std::vector<float> row(kv.kv_dim());
+      kernels::Backend& be = weights.backend();
+      kernels::Buffer<float> row_on_backend(be, row.size());
       const int32_t delta = v.delta;
       std::vector<const std::byte*> src;
       for (size_t p = 0; p < copy->pages().size(); ++p) {
@@ -157,7 +159,9 @@ std::vector<kernels::KvSegment> Engine::segments_for(Work& w, int bos_model) {
         for (int l = 0; l < kv.n_layers; ++l)
           for (int slot = 0; slot < n_in_page; ++slot) {
             kv.read_k(page, l, slot, row.data());
-            weights.backend().rope(row.data(), 1, kv.n_kv_heads, kv.head_dim, &delta, weights.rope_params());
+            row_on_backend.upload(row);
+            be.rope(row_on_backend.data(), 1, kv.n_kv_heads, kv.head_dim, &delta, weights.rope_params());
+            be.download(row.data(), row_on_backend.data(), sizeof(float) * row.size());
             kv.write_k(page, l, slot, row.data());
           }
       }

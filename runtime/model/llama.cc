@@ -27,20 +27,20 @@ void Batch::clear() {
   capture = nullptr;
 }
 
-void RunState::reserve(const LlamaConfig& c, int n_rows) {
+void RunState::reserve(kernels::Backend& be, const LlamaConfig& c, int n_rows) {
   if (n_rows <= capacity) return;
   size_t n = size_t(n_rows);
   int q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
-  x.resize(n * c.dim);
-  xb.resize(n * std::max(c.dim, q_dim));
-  xb2.resize(n * c.dim);
-  q.resize(n * q_dim);
-  k.resize(n * kv_dim);
-  v.resize(n * kv_dim);
-  att.resize(n * q_dim);
-  hb.resize(n * c.ffn_dim);
-  hb2.resize(n * c.ffn_dim);
-  logits_in.resize(n * c.dim);
+  x.reserve(be, n * c.dim);
+  xb.reserve(be, n * std::max(c.dim, q_dim));
+  xb2.reserve(be, n * c.dim);
+  q.reserve(be, n * q_dim);
+  k.reserve(be, n * kv_dim);
+  v.reserve(be, n * kv_dim);
+  att.reserve(be, n * q_dim);
+  hb.reserve(be, n * c.ffn_dim);
+  hb2.reserve(be, n * c.ffn_dim);
+  logits_in.reserve(be, n * c.dim);
   capacity = n_rows;
 }
 
@@ -147,6 +147,8 @@ void Model::load_weights() {
   c.n_vocab = int(emb->shape[1]);
   token_embd_ = weight_view(f, "token_embd.weight", c.dim, c.n_vocab);
   output_norm_ = vector_f32(f, "output_norm.weight", c.dim);
+  output_norm_on_backend_ = kernels::Buffer<float>(backend_, output_norm_.size());
+  output_norm_on_backend_.upload(output_norm_);
   c.tied_output = f.tensor("output.weight") == nullptr;
   // The embedding table is read by rows (embed); the output projection, tied to it or not, by matmul.
   output_ = backend_.upload_weight(c.tied_output ? token_embd_ : weight_view(f, "output.weight", c.dim, c.n_vocab));
@@ -159,6 +161,10 @@ void Model::load_weights() {
     LayerWeights& L = layers_[l];
     L.attn_norm = vector_f32(f, p + "attn_norm.weight", c.dim);
     L.ffn_norm = vector_f32(f, p + "ffn_norm.weight", c.dim);
+    L.attn_norm_on_backend = kernels::Buffer<float>(backend_, L.attn_norm.size());
+    L.attn_norm_on_backend.upload(L.attn_norm);
+    L.ffn_norm_on_backend = kernels::Buffer<float>(backend_, L.ffn_norm.size());
+    L.ffn_norm_on_backend.upload(L.ffn_norm);
     L.wq = backend_.upload_weight(weight_view(f, p + "attn_q.weight", c.dim, q_dim));
     L.wk = backend_.upload_weight(weight_view(f, p + "attn_k.weight", c.dim, kv_dim));
     L.wv = backend_.upload_weight(weight_view(f, p + "attn_v.weight", c.dim, kv_dim));
@@ -214,7 +220,7 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
   kernels::Backend& be = backend_;
   const int n = batch.size();
   if (n == 0) return;
-  s.reserve(c, n);
+  s.reserve(be, c, n);
   const kernels::RopeParams rope = rope_params();
   const float scale = 1.0f / std::sqrt(float(c.head_dim));
   const kernels::KvLayout& kv = batch.kv;
@@ -232,18 +238,18 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
     throw InputError(fmt::format("layers [{}, {}) are outside the model's {} layers", first, end, c.n_layers));
   const size_t row_floats = size_t(n) * c.dim;
   if (batch.x_in)
-    std::memcpy(s.x.data(), batch.x_in, sizeof(float) * row_floats);
+    be.upload(s.x.data(), batch.x_in, sizeof(float) * row_floats);
   else
     be.embed(token_embd_, batch.tokens, s.x.data());
   const auto capture = [&](int l) {
     for (size_t i = 0; i < batch.capture_layers.size(); ++i)
-      if (batch.capture_layers[i] == l) std::memcpy(batch.capture + i * row_floats, s.x.data(), sizeof(float) * row_floats);
+      if (batch.capture_layers[i] == l) be.download(batch.capture + i * row_floats, s.x.data(), sizeof(float) * row_floats);
   };
   for (int l = first; l < end; ++l) {
     capture(l);
     const LayerWeights& L = layers_[l];
     // Attention block.
-    be.rmsnorm(s.x.data(), L.attn_norm.data(), n, c.dim, c.rms_eps, s.xb.data());
+    be.rmsnorm(s.x.data(), L.attn_norm_on_backend.data(), n, c.dim, c.rms_eps, s.xb.data());
     const kernels::MatmulOutput qkv[] = {{&L.wq, s.q.data()}, {&L.wk, s.k.data()}, {&L.wv, s.v.data()}};
     be.matmul_group(qkv, s.xb.data(), n);
     if (lora) {
@@ -259,7 +265,7 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
     if (lora) apply_lora(batch, l, LoraTarget::O, s.att.data(), s.xb2.data(), s);
     be.add(s.x.data(), s.xb2.data(), size_t(n) * c.dim);
     // Feed-forward block.
-    be.rmsnorm(s.x.data(), L.ffn_norm.data(), n, c.dim, c.rms_eps, s.xb.data());
+    be.rmsnorm(s.x.data(), L.ffn_norm_on_backend.data(), n, c.dim, c.rms_eps, s.xb.data());
     const kernels::MatmulOutput gate_up[] = {{&L.w_gate, s.hb.data()}, {&L.w_up, s.hb2.data()}};
     be.matmul_group(gate_up, s.xb.data(), n);
     if (lora) {
@@ -275,10 +281,14 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
   const int n_out = int(batch.logit_rows.size());
   if (n_out == 0 || end < c.n_layers) return;
   for (int i = 0; i < n_out; ++i)
-    std::memcpy(&s.logits_in[size_t(i) * c.dim], &s.x[size_t(batch.logit_rows[i]) * c.dim], sizeof(float) * c.dim);
-  be.rmsnorm(s.logits_in.data(), output_norm_.data(), n_out, c.dim, c.rms_eps, s.xb.data());
-  be.matmul(output_, s.xb.data(), n_out, logits);
-  if (lora) apply_lora(batch, -1, LoraTarget::Output, s.xb.data(), logits, s);
+    be.copy(s.logits_in.data() + size_t(i) * c.dim, s.x.data() + size_t(batch.logit_rows[i]) * c.dim,
+            sizeof(float) * c.dim);
+  be.rmsnorm(s.logits_in.data(), output_norm_on_backend_.data(), n_out, c.dim, c.rms_eps, s.xb.data());
+  const size_t logit_floats = size_t(n_out) * size_t(c.n_vocab);
+  s.logits.reserve(be, logit_floats);
+  be.matmul(output_, s.xb.data(), n_out, s.logits.data());
+  if (lora) apply_lora(batch, -1, LoraTarget::Output, s.xb.data(), s.logits.data(), s);
+  be.download(logits, s.logits.data(), sizeof(float) * logit_floats);
 }
 
 void Model::apply_lora(const Batch& batch, int layer, LoraTarget t, const float* x, float* y, RunState& s) const {
@@ -291,8 +301,8 @@ void Model::apply_lora(const Batch& batch, int layer, LoraTarget t, const float*
     for (const auto& [adapter, user_scale] : stack->adapters) {
       const LoraPair* p = adapter->find(layer, t);
       if (!p) continue;
-      if (s.lora_a.size() < rows * size_t(p->rank())) s.lora_a.resize(rows * size_t(p->rank()));
-      if (s.lora_b.size() < rows * size_t(p->b.n_out)) s.lora_b.resize(rows * size_t(p->b.n_out));
+      s.lora_a.reserve(be, rows * size_t(p->rank()));
+      s.lora_b.reserve(be, rows * size_t(p->b.n_out));
       be.matmul(p->a, x + size_t(r0) * size_t(p->a.n_in), int(rows), s.lora_a.data());
       be.matmul(p->b, s.lora_a.data(), int(rows), s.lora_b.data());
       be.scale(s.lora_b.data(), rows * size_t(p->b.n_out), p->scale(user_scale));

@@ -40,9 +40,11 @@ struct LlamaConfig {
   std::vector<float> rope_freq_factors;  // Llama-3 scaling; empty when absent
 };
 
-/// Views of one layer's weights (pointing into the mapped file).
+/// Views of one layer's weights (pointing into the mapped file), and its norms (in host memory for
+/// fine-tuning, and uploaded to the backend's memory for the forward pass).
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;
+  kernels::Buffer<float> attn_norm_on_backend, ffn_norm_on_backend;
   kernels::Weight wq, wk, wv, wo, w_gate, w_up, w_down;
 };
 
@@ -81,12 +83,13 @@ struct Batch {
   void clear();
 };
 
-/// Scratch memory of the forward pass, allocated once for the largest batch seen (never per token).
+/// Scratch memory of the forward pass in the backend's memory (kernels::Backend::alloc), allocated for the
+/// largest batch seen (never per token).
 struct RunState {
   int capacity = 0;
-  std::vector<float> x, xb, xb2, q, k, v, att, hb, hb2, logits_in;
-  std::vector<float> lora_a, lora_b;  // LoRA: rows x rank, and rows x the adapted weight's n_out (grown on use)
-  void reserve(const LlamaConfig& c, int n_rows);
+  kernels::Buffer<float> x, xb, xb2, q, k, v, att, hb, hb2, logits_in, logits;
+  kernels::Buffer<float> lora_a, lora_b;  // LoRA: rows x rank, and rows x the adapted weight's n_out (grown on use)
+  void reserve(kernels::Backend& backend, const LlamaConfig& c, int n_rows);
 };
 
 /// The matrix tensor `name` of `f` as a Weight of n_out rows of n_in (ggml shape [n_in, n_out]), read in place.
@@ -141,6 +144,7 @@ class Model {
   ChatFormat chat_format_ = ChatFormat::None;
   kernels::Weight token_embd_, output_;
   std::vector<float> output_norm_;
+  kernels::Buffer<float> output_norm_on_backend_;
   std::vector<LayerWeights> layers_;
   mutable std::once_flag fingerprint_once_;
   mutable uint64_t fingerprint_ = 0;

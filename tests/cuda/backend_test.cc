@@ -5,6 +5,7 @@
 // - stories260K on it: the greedy continuation shared/README.md gives (llama.cpp's and llama2.c's), and final
 //   logits within float rounding of the CPU backend's;
 // - KV pages it writes in f32, f16 and q8_0 are byte for byte the CPU backend's;
+// - an operation given memory that is not the backend's (Backend::alloc) is refused, as on a GPU;
 // - what it cannot compute is refused with an InputError: weights in a format it has no kernel for.
 // The master equivalence test, batch invariance and the llama.cpp comparison also run on it (engine_test.cc,
 // batch_invariance_test.cc, llama_reference_test.cc); the page and attention conformance tests run on every
@@ -38,6 +39,16 @@ using testing::random_values;
 
 kernels::Backend& emulated() { return *testing::stories260k_cuda_emulated().backend; }
 
+/// w · x for `rows` rows of host values, through the backend's memory.
+std::vector<float> product(kernels::Backend& be, const kernels::Weight& w, const float* x, int rows) {
+  kernels::Buffer<float> x_on(be, size_t(rows) * size_t(w.n_in)), y_on(be, size_t(rows) * size_t(w.n_out));
+  x_on.upload(std::span(x, x_on.size()));
+  be.matmul(w, x_on.data(), rows, y_on.data());
+  std::vector<float> y(y_on.size());
+  be.download(y.data(), y_on.data(), sizeof(float) * y.size());
+  return y;
+}
+
 /// n_out rows of n_in random values stored in `type` (row-major, rows packed).
 struct StoredWeight {
   std::vector<uint8_t> bytes;
@@ -64,8 +75,7 @@ TEST_CASE("cuda backend (emulated): the product kernel is a float64 product with
     CAPTURE(int(type));
     const StoredWeight sw(type, n_out, n_in, 17);
     const kernels::Weight w = be.upload_weight(sw.w);
-    std::vector<float> y(size_t(n) * n_out, -1.0f);
-    be.matmul(w, x.data(), n, y.data());
+    const std::vector<float> y = product(be, w, x.data(), n);
     // Against float64 over the weight as stored (dequantised by kernels/quant.cc).
     std::vector<float> row(n_in);
     double worst = 0;
@@ -83,27 +93,26 @@ TEST_CASE("cuda backend (emulated): the product kernel is a float64 product with
     CHECK(worst < 1e-6);
     // Each row alone, and the rows in another batch (reversed, with a copy of row 2): the same bits.
     for (int r = 0; r < n; ++r) {
-      std::vector<float> alone(n_out);
-      be.matmul(w, x.data() + size_t(r) * n_in, 1, alone.data());
+      const std::vector<float> alone = product(be, w, x.data() + size_t(r) * n_in, 1);
       CHECK(std::memcmp(alone.data(), y.data() + size_t(r) * n_out, sizeof(float) * n_out) == 0);
     }
     std::vector<float> other;
     for (int r : {4, 2, 3, 2, 1, 0}) other.insert(other.end(), x.begin() + long(r) * n_in, x.begin() + long(r + 1) * n_in);
-    std::vector<float> y2(6 * size_t(n_out));
-    be.matmul(w, other.data(), 6, y2.data());
+    const std::vector<float> y2 = product(be, w, other.data(), 6);
     CHECK(std::memcmp(y2.data() + n_out, y.data() + 2 * n_out, sizeof(float) * n_out) == 0);
     CHECK(std::memcmp(y2.data() + 5 * n_out, y.data(), sizeof(float) * n_out) == 0);
     // A batch of 37 rows (three of the kernel's 16-row groups) holding row 3 at 0, 20 and 36.
     std::vector<float> big = random_values(37 * size_t(n_in), 6, 2.0f);
     for (int at : {0, 20, 36}) std::copy_n(x.begin() + 3 * n_in, n_in, big.begin() + long(at) * n_in);
-    std::vector<float> y3(37 * size_t(n_out));
-    be.matmul(w, big.data(), 37, y3.data());
+    const std::vector<float> y3 = product(be, w, big.data(), 37);
     for (int at : {0, 20, 36})
       CHECK(std::memcmp(y3.data() + long(at) * n_out, y.data() + 3 * n_out, sizeof(float) * n_out) == 0);
     // Embedding rows: the stored rows, dequantised.
     const std::vector<int32_t> ids = {3, 36, 0, 3};
-    std::vector<float> embedded(ids.size() * size_t(n_in));
-    be.embed(w, ids, embedded.data());
+    kernels::Buffer<float> embedded_on(be, ids.size() * size_t(n_in));
+    be.embed(w, ids, embedded_on.data());
+    std::vector<float> embedded(embedded_on.size());
+    be.download(embedded.data(), embedded_on.data(), sizeof(float) * embedded.size());
     for (size_t i = 0; i < ids.size(); ++i) {
       kernels::dequantize_row(type, sw.bytes.data() + size_t(ids[i]) * sw.w.row_stride, row.data(), n_in);
       CHECK(std::memcmp(row.data(), embedded.data() + i * size_t(n_in), sizeof(float) * size_t(n_in)) == 0);
@@ -119,6 +128,18 @@ TEST_CASE("cuda backend (emulated): weights without a kernel are input errors") 
   q6k.n_in = 256;
   q6k.row_stride = kernels::row_bytes(DType::Q6_K, 256);
   CHECK_THROWS_AS(be.upload_weight(q6k), InputError);
+}
+
+TEST_CASE("cuda backend (emulated): operations refuse memory that is not the backend's, as a GPU would") {
+  kernels::Backend& be = emulated();
+  const StoredWeight sw(DType::F32, 8, 32, 1);
+  std::vector<float> host_x(32), host_y(8);
+  kernels::Buffer<float> x(be, 32), y(be, 8), short_y(be, 7);
+  CHECK_THROWS_AS(be.matmul(sw.w, host_x.data(), 1, y.data()), std::logic_error);
+  CHECK_THROWS_AS(be.matmul(sw.w, x.data(), 1, host_y.data()), std::logic_error);
+  CHECK_THROWS_AS(be.matmul(sw.w, x.data(), 1, short_y.data()), std::logic_error);  // past the allocation's end
+  CHECK_THROWS_AS(be.upload(host_y.data(), host_x.data(), 32), std::logic_error);
+  be.matmul(sw.w, x.data(), 1, y.data());
 }
 
 TEST_CASE("cuda backend (emulated): KV pages in f32, f16 and q8_0 are written byte for byte as the CPU backend writes them") {
@@ -146,7 +167,10 @@ TEST_CASE("cuda backend (emulated): KV pages in f32, f16 and q8_0 are written by
         slot_of[size_t(t)] = (t * 5) % 16;
       }
       // (page, slot) pairs repeat past 48 tokens only, so every token has its own place.
-      for (int layer = 0; layer < kv.n_layers; ++layer) be->store_kv(kv, layer, page_of, slot_of, k.data(), v.data());
+      kernels::Buffer<float> k_on(*be, k.size()), v_on(*be, v.size());
+      k_on.upload(k);
+      v_on.upload(v);
+      for (int layer = 0; layer < kv.n_layers; ++layer) be->store_kv(kv, layer, page_of, slot_of, k_on.data(), v_on.data());
       images.emplace_back(3 * kv.page_bytes());
       for (size_t p = 0; p < 3; ++p) {
         be->copy_to_host(pages[p], {0, kv.page_bytes()}, images.back().data() + p * kv.page_bytes()).wait();

@@ -3,11 +3,12 @@
 // conformance tests run on choreo's CUDA kernels with no GPU; every launch is checked for out-of-bounds accesses,
 // shared-memory races and divergent barriers.
 //
-// What the emulated "device" is: KV pages live in arenas, one per page size, each a single allocation that the
-// attention and store kernels index by page number (a CUDA backend's tier-0 pool is one device allocation
-// too). Weights and activations are host memory, which the kernels reach through checked views; a device
-// backend holds them in device memory (weights uploaded once, an activation arena), which the model code does
-// not give it yet (docs/cuda.md). Copies between pages and host memory are done when they return.
+// What the emulated "device" is: the backend's memory (alloc) is host memory that it keeps a record of, and
+// every float array an operation reads or writes must lie in it: a host pointer handed to an operation is an
+// error, as it would be on a GPU (so the model code's use of Backend memory is checked here). KV pages live in
+// arenas, one per page size, each a single allocation that the attention and store kernels index by page
+// number (a CUDA backend's tier-0 pool is one device allocation too). Weights are read where upload_weight
+// found them (the mapped file). Copies are done when they return.
 //
 // KV pages in f32, f16 and q8_0 (llama.cpp's -ctk/-ctv) are written and read by the kernels.
 //
@@ -16,7 +17,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <map>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <vector>
@@ -87,6 +91,31 @@ class EmulatedCudaBackend final : public Backend {
   }
   int threads() const override { return n_threads_; }
 
+  void* alloc(size_t bytes) override {
+    std::lock_guard lock(mutex_);
+    void* p = ::operator new(std::max<size_t>(bytes, 1), std::align_val_t(64));
+    allocations_[reinterpret_cast<uintptr_t>(p)] = bytes;
+    return p;
+  }
+  void release(void* p) override {
+    std::lock_guard lock(mutex_);
+    if (allocations_.erase(reinterpret_cast<uintptr_t>(p)) != 1)
+      throw std::logic_error("release: memory this backend did not allocate");
+    ::operator delete(p, std::align_val_t(64));
+  }
+  void upload(void* dst, const void* host, size_t bytes) override {
+    std::lock_guard lock(mutex_);
+    std::memcpy(on_device(dst, bytes, "upload"), host, bytes);
+  }
+  void download(void* host, const void* src, size_t bytes) override {
+    std::lock_guard lock(mutex_);
+    std::memcpy(host, on_device(src, bytes, "download"), bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    std::lock_guard lock(mutex_);
+    std::memmove(on_device(dst, bytes, "copy"), on_device(src, bytes, "copy"), bytes);
+  }
+
   Weight upload_weight(const Weight& w) override {
     weight_format(w.type);  // refuses a format the kernels cannot read, at load
     if (w.type == DType::F32 && w.row_stride % sizeof(float) != 0)
@@ -101,8 +130,8 @@ class EmulatedCudaBackend final : public Backend {
     const unsigned out_blocks = unsigned((w.n_out + ck::kLinearWarps - 1) / ck::kLinearWarps);
     const unsigned row_groups = unsigned(std::min<int>(kMaxGridY, (n + ck::kLinearRows - 1) / ck::kLinearRows));
     cuda::cu::launch("linear", ck::linear, Dim3(out_blocks, row_groups), Dim3(32 * ck::kLinearWarps), 0, nullptr,
-                     v.args, v.f32, v.bytes, make_ptr(x, size_t(n) * size_t(w.n_in)), n,
-                     make_ptr(y, size_t(n) * size_t(w.n_out)));
+                     v.args, v.f32, v.bytes, dev(x, size_t(n) * size_t(w.n_in)), n,
+                     dev(y, size_t(n) * size_t(w.n_out)));
   }
   void matmul_group(std::span<const MatmulOutput> outputs, const float* x, int n) override {
     for (const MatmulOutput& o : outputs) matmul(*o.w, x, n, o.y);
@@ -114,37 +143,37 @@ class EmulatedCudaBackend final : public Backend {
     std::lock_guard lock(mutex_);
     const WeightView v = view(table);
     cuda::cu::launch("embed_rows", ck::embed_rows, Dim3(unsigned(ids.size())), Dim3(128), 0, nullptr, v.args, v.f32,
-                     v.bytes, make_ptr(ids.data(), ids.size()), make_ptr(out, ids.size() * size_t(table.n_in)));
+                     v.bytes, make_ptr(ids.data(), ids.size()), dev(out, ids.size() * size_t(table.n_in)));
   }
   void rmsnorm(const float* x, const float* weight, int n, int dim, float eps, float* out) override {
     if (n <= 0) return;
     std::lock_guard lock(mutex_);
     const size_t size = size_t(n) * size_t(dim);
-    cuda::cu::launch("rmsnorm", ck::rmsnorm, Dim3(unsigned(n)), Dim3(256), 0, nullptr, make_ptr(x, size),
-                     make_ptr(weight, size_t(dim)), dim, eps, make_ptr(out, size));
+    cuda::cu::launch("rmsnorm", ck::rmsnorm, Dim3(unsigned(n)), Dim3(256), 0, nullptr, dev(x, size), dev(weight, size_t(dim)), dim,
+                     eps, dev(out, size));
   }
   void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const RopeParams& p) override {
     if (n <= 0) return;
     std::lock_guard lock(mutex_);
     cuda::cu::launch("rope", ck::rope, Dim3(unsigned(n)), Dim3(128), 0, nullptr,
-                     make_ptr(x, size_t(n) * size_t(n_heads) * size_t(head_dim)), n_heads, head_dim,
+                     dev(x, size_t(n) * size_t(n_heads) * size_t(head_dim)), n_heads, head_dim,
                      make_ptr(pos, size_t(n)), 0, 1, rope_args(p), factors(p));
   }
   void swiglu(const float* gate, const float* up, size_t n, float* out) override {
     if (n == 0) return;
     std::lock_guard lock(mutex_);
-    cuda::cu::launch("swiglu", ck::swiglu, Dim3(grid_stride_blocks(n)), Dim3(256), 0, nullptr, make_ptr(gate, n),
-                     make_ptr(up, n), n, make_ptr(out, n));
+    cuda::cu::launch("swiglu", ck::swiglu, Dim3(grid_stride_blocks(n)), Dim3(256), 0, nullptr, dev(gate, n), dev(up, n), n,
+                     dev(out, n));
   }
   void add(float* x, const float* y, size_t n) override {
     if (n == 0) return;
     std::lock_guard lock(mutex_);
-    cuda::cu::launch("add", ck::add, Dim3(grid_stride_blocks(n)), Dim3(256), 0, nullptr, make_ptr(x, n), make_ptr(y, n), n);
+    cuda::cu::launch("add", ck::add, Dim3(grid_stride_blocks(n)), Dim3(256), 0, nullptr, dev(x, n), dev(y, n), n);
   }
   void scale(float* x, size_t n, float s) override {
     if (n == 0) return;
     std::lock_guard lock(mutex_);
-    cuda::cu::launch("scale", ck::scale, Dim3(grid_stride_blocks(n)), Dim3(256), 0, nullptr, make_ptr(x, n), n, s);
+    cuda::cu::launch("scale", ck::scale, Dim3(grid_stride_blocks(n)), Dim3(256), 0, nullptr, dev(x, n), n, s);
   }
 
   bool supports_kv(const KvLayout& kv) const override { return kv_type(kv.k_type) && kv_type(kv.v_type); }
@@ -184,7 +213,7 @@ class EmulatedCudaBackend final : public Backend {
     const size_t n = pages.size(), rows = n * size_t(kv.kv_dim());
     cuda::cu::launch("store_kv", ck::store_kv, Dim3(unsigned(n)), Dim3(128), 0, nullptr,
                      make_ptr(a.memory.data(), a.memory.size()), cache_args(kv, layer), make_ptr(index.data(), n),
-                     make_ptr(slots.data(), n), make_ptr(k, rows), make_ptr(v, rows));
+                     make_ptr(slots.data(), n), dev(k, rows), dev(v, rows));
   }
   void copy_page(PageId dst, PageId src, ByteRange range) override {
     std::lock_guard lock(mutex_);
@@ -245,7 +274,7 @@ class EmulatedCudaBackend final : public Backend {
     const ck::AttnCache cache = cache_args(kv, layer);
     cuda::cu::launch("attention_partials", ck::attention_partials,
                      Dim3(unsigned(n_q), unsigned(n_heads), unsigned(n_splits)), Dim3(32), 0, nullptr,
-                     make_ptr(q, size_t(n_q) * width), n_heads, make_ptr(pool.data(), pool.size()), cache,
+                     dev(q, size_t(n_q) * width), n_heads, make_ptr(pool.data(), pool.size()), cache,
                      make_ptr(page_list.data(), page_list.size()), make_ptr(segments.data(), segments.size()),
                      make_ptr(kgroups.data(), kgroups.size()), make_ptr(group_of_query.data(), group_of_query.size()),
                      rope_args(rope), factors(rope), scale, kSplitTokens, n_splits,
@@ -254,7 +283,7 @@ class EmulatedCudaBackend final : public Backend {
     cuda::cu::launch("attention_combine", ck::attention_combine, Dim3(unsigned(n_q), unsigned(n_heads)), Dim3(32), 0,
                      nullptr, n_heads, kv.head_dim, n_splits, make_ptr(part_m_.data(), parts),
                      make_ptr(part_l_.data(), parts), make_ptr(part_acc_.data(), part_acc_.size()),
-                     make_ptr(out, size_t(n_q) * width));
+                     dev(out, size_t(n_q) * width));
   }
 
  private:
@@ -290,6 +319,23 @@ class EmulatedCudaBackend final : public Backend {
     return p.freq_factors ? make_ptr(p.freq_factors, size_t(p.n_dims / 2)) : cuda::cu::Ptr<const float>();
   }
 
+  /// `bytes` bytes at p, which must lie in one allocation of this backend (not host memory).
+  template <class T>
+  T* on_device(T* p, size_t bytes, const char* what) const {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+    auto it = allocations_.upper_bound(at);
+    if (it == allocations_.begin() || at + bytes > std::prev(it)->first + std::prev(it)->second)
+      throw std::logic_error(fmt::format("{}: {} bytes at {} are not memory of the CUDA backend (a host pointer, or "
+                                         "past the end of a Backend::alloc allocation)",
+                                         what, bytes, static_cast<const void*>(p)));
+    return p;
+  }
+  /// A kernel's view of n elements at p in this backend's memory.
+  template <class T>
+  cuda::cu::Ptr<T> dev(T* p, size_t n) const {
+    return make_ptr(on_device(p, n * sizeof(T), "kernel argument"), n);
+  }
+
   Arena& arena_of(PageId page) {
     const size_t arena = page >> kIndexBits;
     if (arena >= arenas_.size() || (page & kIndexMask) >= arenas_[arena].n_pages)
@@ -316,6 +362,7 @@ class EmulatedCudaBackend final : public Backend {
   }
 
   std::mutex mutex_;
+  std::map<uintptr_t, size_t> allocations_;  // Backend::alloc: start -> bytes
   int n_threads_ = 1;
   std::vector<Arena> arenas_;
   std::vector<float> part_m_, part_l_, part_acc_;
