@@ -28,6 +28,8 @@ void Batch::clear() {
 }
 
 void RunState::reserve(kernels::Backend& be, const LlamaConfig& c, int n_rows) {
+  if (backend != &be) capacity = 0;  // a model on another backend: its own memory
+  backend = &be;
   if (n_rows <= capacity) return;
   size_t n = size_t(n_rows);
   int q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;

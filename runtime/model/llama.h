@@ -86,6 +86,7 @@ struct Batch {
 /// Scratch memory of the forward pass in the backend's memory (kernels::Backend::alloc), allocated for the
 /// largest batch seen (never per token).
 struct RunState {
+  kernels::Backend* backend = nullptr;  // whose memory the buffers are
   int capacity = 0;
   kernels::Buffer<float> x, xb, xb2, q, k, v, att, hb, hb2, logits_in, logits;
   kernels::Buffer<float> lora_a, lora_b;  // LoRA: rows x rank, and rows x the adapted weight's n_out (grown on use)

@@ -220,6 +220,50 @@ TEST_CASE("cuda backend (emulated): a model on f16 and q8_0 KV pages gives the C
   }
 }
 
+TEST_CASE("cuda backend (emulated): the head shapes of every shipped model shape give the CPU backend's logits") {
+  // Each built-in shape of `choreo model synth` (SmolLM2-135M/360M, TinyLlama, Llama-3.2-1B/3B, Llama-3.1-8B)
+  // with its head dimension (64 or 128), its query heads per KV head (3 to 8), its RoPE (Llama-3 frequency
+  // factors) and BOS, but two KV heads, two layers, a feed-forward of 256 and a vocabulary of 512, so that the
+  // emulation stays fast. Random F32 weights; a 30-token prompt and three decode steps.
+  for (const std::string& name : model::synth_shape_names()) {
+    CAPTURE(name);
+    model::SynthShape shape = *model::find_synth_shape(name);
+    const int64_t head_dim = shape.head_dim(), ratio = shape.head_count / shape.head_count_kv;
+    shape.head_count_kv = 2;
+    shape.head_count = 2 * ratio;
+    shape.embedding_length = shape.head_count * head_dim;
+    shape.block_count = 2;
+    shape.feed_forward_length = 256;
+    shape.vocab_size = 512;
+    testing::ScratchDir dir;
+    const std::string path = (dir.path / "shape.gguf").string();
+    model::write_synthetic_model(shape, DType::F32, path, 9);
+    testing::LoadedModel gpu(path, kernels::make_cuda_emulated_backend()), cpu(path);
+    REQUIRE(gpu.model->config().head_dim == int(head_dim));
+    std::vector<model::Token> prompt;
+    for (int i = 0; i < 30; ++i) prompt.push_back((i * 53 + 7) % 512);
+    auto steps = [&](const model::Model& m) {
+      kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(64) << 20);
+      model::Session s(m, pool);
+      std::vector<std::vector<float>> out(1);
+      s.eval(prompt, &out[0]);
+      for (model::Token t : {3, 100, 511}) {
+        out.emplace_back();
+        s.eval(std::span<const model::Token>(&t, 1), &out.back());
+      }
+      return out;
+    };
+    const auto a = steps(*gpu.model), b = steps(*cpu.model);
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const auto [lo, hi] = std::minmax_element(b[i].begin(), b[i].end());
+      for (size_t j = 0; j < a[i].size(); ++j) worst = std::max(worst, double(std::abs(a[i][j] - b[i][j])) / double(*hi - *lo));
+    }
+    MESSAGE(name, " heads (", head_dim, " dims, ", ratio, " query heads per KV head): max |Δlogit| / range = ", worst);
+    CHECK(worst < 1e-5);
+  }
+}
+
 TEST_CASE("cuda backend (emulated): stories260K continues as shared/README.md says, with the CPU backend's logits") {
   const model::Model& gpu = *testing::stories260k_cuda_emulated().model;
   const model::Model& cpu = *testing::stories260k().model;
