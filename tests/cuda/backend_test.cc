@@ -49,6 +49,36 @@ std::vector<float> product(kernels::Backend& be, const kernels::Weight& w, const
   return y;
 }
 
+/// The logits of a session on `m`: after `prompt`, then after each of `then` (or, when `then` is empty, after
+/// each of `greedy_steps` greedy tokens), with KV pages of 16 tokens in the given cache types.
+std::vector<std::vector<float>> session_logits(const model::Model& m, std::span<const model::Token> prompt,
+                                               std::span<const model::Token> then, int greedy_steps = 0,
+                                               DType k_type = DType::F32, DType v_type = DType::F32) {
+  kv::PagePool pool(m.backend(), m.kv_layout(16, k_type, v_type), size_t(64) << 20);
+  model::Session s(m, pool);
+  std::vector<std::vector<float>> out(1);
+  s.eval(prompt, &out[0]);
+  const size_t n = then.empty() ? size_t(greedy_steps) : then.size();
+  for (size_t i = 0; i < n; ++i) {
+    const model::Token t = then.empty() ? model::argmax(out.back()) : then[i];
+    out.emplace_back();
+    s.eval(std::span<const model::Token>(&t, 1), &out.back());
+  }
+  return out;
+}
+
+/// max |a - b| over every step, relative to the step's logit range in b.
+double worst_relative(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(a[i].size() == b[i].size());
+    const auto [lo, hi] = std::minmax_element(b[i].begin(), b[i].end());
+    for (size_t j = 0; j < a[i].size(); ++j) worst = std::max(worst, double(std::abs(a[i][j] - b[i][j])) / double(*hi - *lo));
+  }
+  return worst;
+}
+
 /// n_out rows of n_in random values stored in `type` (row-major, rows packed).
 struct StoredWeight {
   std::vector<uint8_t> bytes;
@@ -198,23 +228,9 @@ TEST_CASE("cuda backend (emulated): a model on f16 and q8_0 KV pages gives the C
   for (auto [kt, vt] : {std::pair{DType::F16, DType::F16}, {DType::Q8_0, DType::Q8_0}, {DType::Q8_0, DType::F16}}) {
     CAPTURE(int(kt));
     CAPTURE(int(vt));
-    auto steps = [&](const model::Model& m) {
-      kv::PagePool pool(m.backend(), m.kv_layout(16, kt, vt), size_t(64) << 20);
-      model::Session s(m, pool);
-      std::vector<std::vector<float>> out(1);
-      s.eval(prompt, &out[0]);
-      for (model::Token t : {5, 77, 300}) {
-        out.emplace_back();
-        s.eval(std::span<const model::Token>(&t, 1), &out.back());
-      }
-      return out;
-    };
-    const auto a = steps(*gpu.model), b = steps(*cpu.model);
-    double worst = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      const auto [lo, hi] = std::minmax_element(b[i].begin(), b[i].end());
-      for (size_t j = 0; j < a[i].size(); ++j) worst = std::max(worst, double(std::abs(a[i][j] - b[i][j])) / double(*hi - *lo));
-    }
+    const std::vector<model::Token> then = {5, 77, 300};
+    const double worst = worst_relative(session_logits(*gpu.model, prompt, then, 0, kt, vt),
+                                        session_logits(*cpu.model, prompt, then, 0, kt, vt));
     MESSAGE("KV types (", int(kt), ", ", int(vt), "): CUDA kernels (emulated) vs CPU backend, max |Δlogit| / range = ", worst);
     CHECK(worst < 1e-3);
   }
@@ -242,23 +258,8 @@ TEST_CASE("cuda backend (emulated): the head shapes of every shipped model shape
     REQUIRE(gpu.model->config().head_dim == int(head_dim));
     std::vector<model::Token> prompt;
     for (int i = 0; i < 30; ++i) prompt.push_back((i * 53 + 7) % 512);
-    auto steps = [&](const model::Model& m) {
-      kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(64) << 20);
-      model::Session s(m, pool);
-      std::vector<std::vector<float>> out(1);
-      s.eval(prompt, &out[0]);
-      for (model::Token t : {3, 100, 511}) {
-        out.emplace_back();
-        s.eval(std::span<const model::Token>(&t, 1), &out.back());
-      }
-      return out;
-    };
-    const auto a = steps(*gpu.model), b = steps(*cpu.model);
-    double worst = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      const auto [lo, hi] = std::minmax_element(b[i].begin(), b[i].end());
-      for (size_t j = 0; j < a[i].size(); ++j) worst = std::max(worst, double(std::abs(a[i][j] - b[i][j])) / double(*hi - *lo));
-    }
+    const std::vector<model::Token> then = {3, 100, 511};
+    const double worst = worst_relative(session_logits(*gpu.model, prompt, then), session_logits(*cpu.model, prompt, then));
     MESSAGE(name, " heads (", head_dim, " dims, ", ratio, " query heads per KV head): max |Δlogit| / range = ", worst);
     CHECK(worst < 1e-5);
   }
@@ -303,27 +304,9 @@ TEST_CASE("cuda backend (emulated): SmolLM2-135M's Q4_1 file gives the logits of
   testing::LoadedModel cpu(f32.path());
   const std::vector<model::Token> prompt = gpu.model->vocab().tokenize("The capital of France is", true, true);
   REQUIRE(prompt == cpu.model->vocab().tokenize("The capital of France is", true, true));
-  auto steps = [&](const model::Model& m) {
-    kv::PagePool pool(m.backend(), m.kv_layout(32), size_t(64) << 20);
-    model::Session s(m, pool);
-    std::vector<std::vector<float>> out(1);
-    s.eval(prompt, &out[0]);
-    for (int i = 0; i < 2; ++i) {
-      const model::Token t = model::argmax(out.back());
-      out.emplace_back();
-      s.eval(std::span<const model::Token>(&t, 1), &out.back());
-    }
-    return out;
-  };
-  const auto a = steps(*gpu.model), b = steps(*cpu.model);
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    REQUIRE(a[i].size() == b[i].size());
-    CHECK(model::argmax(a[i]) == model::argmax(b[i]));
-    const auto [lo, hi] = std::minmax_element(b[i].begin(), b[i].end());
-    for (size_t j = 0; j < a[i].size(); ++j) worst = std::max(worst, double(std::abs(a[i][j] - b[i][j])) / double(*hi - *lo));
-  }
+  const auto a = session_logits(*gpu.model, prompt, {}, 2), b = session_logits(*cpu.model, prompt, {}, 2);
+  for (size_t i = 0; i < a.size(); ++i) CHECK(model::argmax(a[i]) == model::argmax(b[i]));
+  const double worst = worst_relative(a, b);
   MESSAGE("SmolLM2 Q4_1 on the CUDA kernels (emulated) vs its F32 dequantisation on the CPU: max |Δlogit| / range = ", worst);
   CHECK(worst < 1e-4);
 }
