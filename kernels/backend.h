@@ -218,6 +218,8 @@ class Buffer {
   Buffer(Backend& backend, size_t n) : backend_(&backend), n_(n) {
     if (n > 0) data_ = static_cast<T*>(backend.alloc(n * sizeof(T)));
   }
+  /// A copy of host values.
+  Buffer(Backend& backend, std::span<const T> host) : Buffer(backend, host.size()) { upload(host); }
   Buffer(Buffer&& o) noexcept : backend_(o.backend_), data_(o.data_), n_(o.n_) {
     o.data_ = nullptr;
     o.n_ = 0;
@@ -237,8 +239,9 @@ class Buffer {
   void reserve(Backend& backend, size_t n) {
     if (n > n_ || backend_ != &backend) *this = Buffer(backend, n);
   }
-  /// The whole array from / to host memory.
+  /// The first host.size() elements from / to host memory.
   void upload(std::span<const T> host) const { backend_->upload(data_, host.data(), host.size_bytes()); }
+  void download(std::span<T> host) const { backend_->download(host.data(), data_, host.size_bytes()); }
 
  private:
   Backend* backend_ = nullptr;

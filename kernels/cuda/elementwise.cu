@@ -1,8 +1,6 @@
 // The device build of choreo's elementwise kernels (kernels/cuda/kernels/elementwise.cuh), and host entry
 // points that launch them on a stream. The same kernel source runs in the block emulator (tests/cuda).
 
-#include <algorithm>
-
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/kernels/elementwise.cuh"
 
@@ -13,8 +11,7 @@ void launch_rmsnorm(const float* x, const float* w, int rows, int dim, float eps
 }
 
 void launch_swiglu(const float* gate, const float* up, size_t n, float* out, cudaStream_t stream) {
-  const unsigned blocks = unsigned(std::min<size_t>((n + 255) / 256, 65535));
-  cu::launch("swiglu", kernels::swiglu, dim3(blocks), dim3(256), 0, stream, gate, up, n, out);
+  cu::launch("swiglu", kernels::swiglu, dim3(kernels::grid_stride_blocks(n)), dim3(256), 0, stream, gate, up, n, out);
 }
 
 void launch_rope(float* x, int rows, int n_heads, int head_dim, const int32_t* pos, int shift, int sign,
@@ -28,8 +25,7 @@ void launch_embed_f32(const float* table, int dim, const int32_t* ids, int n, fl
 }
 
 void launch_dequantize(const uint8_t* src, kernels::BlockFormat format, size_t n, float* dst, cudaStream_t stream) {
-  const unsigned blocks = unsigned(std::min<size_t>((n + 255) / 256, 65535));
-  cu::launch("dequantize", kernels::dequantize, dim3(blocks), dim3(256), 0, stream, src, format, n, dst);
+  cu::launch("dequantize", kernels::dequantize, dim3(kernels::grid_stride_blocks(n)), dim3(256), 0, stream, src, format, n, dst);
 }
 
 }  // namespace choreo::cuda

@@ -2,8 +2,6 @@
 // with host entry points that launch them on a stream. The same source runs in the block emulator
 // (kernels/cuda/emu/emulated_backend.cc).
 
-#include <algorithm>
-
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/kernels/linear.cuh"
 
@@ -14,9 +12,7 @@ void launch_linear(const kernels::WeightArgs& w, const void* weight, const float
   if (n <= 0) return;
   const auto* f32 = w.format == kernels::WeightFormat::F32 ? static_cast<const float*>(weight) : nullptr;
   const auto* bytes = w.format == kernels::WeightFormat::F32 ? nullptr : static_cast<const uint8_t*>(weight);
-  const unsigned out_blocks = unsigned((w.n_out + kernels::kLinearWarps - 1) / kernels::kLinearWarps);
-  const unsigned row_groups = unsigned(std::min(65535, (n + kernels::kLinearRows - 1) / kernels::kLinearRows));
-  cu::launch("linear", kernels::linear, dim3(out_blocks, row_groups), dim3(32 * kernels::kLinearWarps), 0, stream, w,
+  cu::launch("linear", kernels::linear, dim3(kernels::linear_output_blocks(w.n_out), kernels::linear_row_groups(n)), dim3(32 * kernels::kLinearWarps), 0, stream, w,
              f32, bytes, x, n, y);
 }
 
@@ -28,13 +24,11 @@ void launch_embed_rows(const kernels::WeightArgs& w, const void* table, const in
 }
 
 void launch_add(float* x, const float* y, size_t n, cudaStream_t stream) {
-  const unsigned blocks = unsigned(std::clamp<size_t>((n + 255) / 256, 1, 65535));
-  cu::launch("add", kernels::add, dim3(blocks), dim3(256), 0, stream, x, y, n);
+  cu::launch("add", kernels::add, dim3(kernels::grid_stride_blocks(n)), dim3(256), 0, stream, x, y, n);
 }
 
 void launch_scale(float* x, size_t n, float s, cudaStream_t stream) {
-  const unsigned blocks = unsigned(std::clamp<size_t>((n + 255) / 256, 1, 65535));
-  cu::launch("scale", kernels::scale, dim3(blocks), dim3(256), 0, stream, x, n, s);
+  cu::launch("scale", kernels::scale, dim3(kernels::grid_stride_blocks(n)), dim3(256), 0, stream, x, n, s);
 }
 
 }  // namespace choreo::cuda

@@ -161,7 +161,7 @@ std::vector<kernels::KvSegment> Engine::segments_for(Work& w, int bos_model) {
             kv.read_k(page, l, slot, row.data());
             row_on_backend.upload(row);
             be.rope(row_on_backend.data(), 1, kv.n_kv_heads, kv.head_dim, &delta, weights.rope_params());
-            be.download(row.data(), row_on_backend.data(), sizeof(float) * row.size());
+            row_on_backend.download(row);
             kv.write_k(page, l, slot, row.data());
           }
       }

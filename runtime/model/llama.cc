@@ -149,8 +149,7 @@ void Model::load_weights() {
   c.n_vocab = int(emb->shape[1]);
   token_embd_ = weight_view(f, "token_embd.weight", c.dim, c.n_vocab);
   output_norm_ = vector_f32(f, "output_norm.weight", c.dim);
-  output_norm_on_backend_ = kernels::Buffer<float>(backend_, output_norm_.size());
-  output_norm_on_backend_.upload(output_norm_);
+  output_norm_on_backend_ = kernels::Buffer<float>(backend_, output_norm_);
   c.tied_output = f.tensor("output.weight") == nullptr;
   // The embedding table is read by rows (embed); the output projection, tied to it or not, by matmul.
   output_ = backend_.upload_weight(c.tied_output ? token_embd_ : weight_view(f, "output.weight", c.dim, c.n_vocab));
@@ -163,10 +162,8 @@ void Model::load_weights() {
     LayerWeights& L = layers_[l];
     L.attn_norm = vector_f32(f, p + "attn_norm.weight", c.dim);
     L.ffn_norm = vector_f32(f, p + "ffn_norm.weight", c.dim);
-    L.attn_norm_on_backend = kernels::Buffer<float>(backend_, L.attn_norm.size());
-    L.attn_norm_on_backend.upload(L.attn_norm);
-    L.ffn_norm_on_backend = kernels::Buffer<float>(backend_, L.ffn_norm.size());
-    L.ffn_norm_on_backend.upload(L.ffn_norm);
+    L.attn_norm_on_backend = kernels::Buffer<float>(backend_, L.attn_norm);
+    L.ffn_norm_on_backend = kernels::Buffer<float>(backend_, L.ffn_norm);
     L.wq = backend_.upload_weight(weight_view(f, p + "attn_q.weight", c.dim, q_dim));
     L.wk = backend_.upload_weight(weight_view(f, p + "attn_k.weight", c.dim, kv_dim));
     L.wv = backend_.upload_weight(weight_view(f, p + "attn_v.weight", c.dim, kv_dim));

@@ -41,11 +41,11 @@ kernels::Backend& emulated() { return *testing::stories260k_cuda_emulated().back
 
 /// w · x for `rows` rows of host values, through the backend's memory.
 std::vector<float> product(kernels::Backend& be, const kernels::Weight& w, const float* x, int rows) {
-  kernels::Buffer<float> x_on(be, size_t(rows) * size_t(w.n_in)), y_on(be, size_t(rows) * size_t(w.n_out));
-  x_on.upload(std::span(x, x_on.size()));
+  const kernels::Buffer<float> x_on(be, std::span(x, size_t(rows) * size_t(w.n_in)));
+  const kernels::Buffer<float> y_on(be, size_t(rows) * size_t(w.n_out));
   be.matmul(w, x_on.data(), rows, y_on.data());
   std::vector<float> y(y_on.size());
-  be.download(y.data(), y_on.data(), sizeof(float) * y.size());
+  y_on.download(y);
   return y;
 }
 
@@ -77,6 +77,18 @@ double worst_relative(const std::vector<std::vector<float>>& a, const std::vecto
     for (size_t j = 0; j < a[i].size(); ++j) worst = std::max(worst, double(std::abs(a[i][j] - b[i][j])) / double(*hi - *lo));
   }
   return worst;
+}
+
+/// A random-weight F32 model of `shape`, on the emulated backend and on the CPU backend (its file removed
+/// once both have mapped it).
+struct OnBothBackends {
+  testing::LoadedModel gpu, cpu;
+};
+OnBothBackends synthetic_on_both(const model::SynthShape& shape, uint64_t seed) {
+  testing::ScratchDir dir;
+  const std::string path = (dir.path / "synthetic.gguf").string();
+  model::write_synthetic_model(shape, DType::F32, path, seed);
+  return {testing::LoadedModel(path, kernels::make_cuda_emulated_backend()), testing::LoadedModel(path)};
 }
 
 /// n_out rows of n_in random values stored in `type` (row-major, rows packed).
@@ -139,10 +151,10 @@ TEST_CASE("cuda backend (emulated): the product kernel is a float64 product with
       CHECK(std::memcmp(y3.data() + long(at) * n_out, y.data() + 3 * n_out, sizeof(float) * n_out) == 0);
     // Embedding rows: the stored rows, dequantised.
     const std::vector<int32_t> ids = {3, 36, 0, 3};
-    kernels::Buffer<float> embedded_on(be, ids.size() * size_t(n_in));
+    const kernels::Buffer<float> embedded_on(be, ids.size() * size_t(n_in));
     be.embed(w, ids, embedded_on.data());
     std::vector<float> embedded(embedded_on.size());
-    be.download(embedded.data(), embedded_on.data(), sizeof(float) * embedded.size());
+    embedded_on.download(embedded);
     for (size_t i = 0; i < ids.size(); ++i) {
       kernels::dequantize_row(type, sw.bytes.data() + size_t(ids[i]) * sw.w.row_stride, row.data(), n_in);
       CHECK(std::memcmp(row.data(), embedded.data() + i * size_t(n_in), sizeof(float) * size_t(n_in)) == 0);
@@ -197,9 +209,7 @@ TEST_CASE("cuda backend (emulated): KV pages in f32, f16 and q8_0 are written by
         slot_of[size_t(t)] = (t * 5) % 16;
       }
       // (page, slot) pairs repeat past 48 tokens only, so every token has its own place.
-      kernels::Buffer<float> k_on(*be, k.size()), v_on(*be, v.size());
-      k_on.upload(k);
-      v_on.upload(v);
+      const kernels::Buffer<float> k_on(*be, k), v_on(*be, v);
       for (int layer = 0; layer < kv.n_layers; ++layer) be->store_kv(kv, layer, page_of, slot_of, k_on.data(), v_on.data());
       images.emplace_back(3 * kv.page_bytes());
       for (size_t p = 0; p < 3; ++p) {
@@ -219,10 +229,7 @@ TEST_CASE("cuda backend (emulated): a model on f16 and q8_0 KV pages gives the C
   shape.name = "smollm2-2-layers";
   shape.block_count = 2;
   shape.vocab_size = 512;
-  testing::ScratchDir dir;
-  const std::string path = (dir.path / "synthetic.gguf").string();
-  model::write_synthetic_model(shape, DType::F32, path, 3);
-  testing::LoadedModel gpu(path, kernels::make_cuda_emulated_backend()), cpu(path);
+  const auto [gpu, cpu] = synthetic_on_both(shape, 3);
   std::vector<model::Token> prompt;
   for (int i = 0; i < 40; ++i) prompt.push_back((i * 37 + 11) % 512);
   for (auto [kt, vt] : {std::pair{DType::F16, DType::F16}, {DType::Q8_0, DType::Q8_0}, {DType::Q8_0, DType::F16}}) {
@@ -251,10 +258,7 @@ TEST_CASE("cuda backend (emulated): the head shapes of every shipped model shape
     shape.block_count = 2;
     shape.feed_forward_length = 256;
     shape.vocab_size = 512;
-    testing::ScratchDir dir;
-    const std::string path = (dir.path / "shape.gguf").string();
-    model::write_synthetic_model(shape, DType::F32, path, 9);
-    testing::LoadedModel gpu(path, kernels::make_cuda_emulated_backend()), cpu(path);
+    const auto [gpu, cpu] = synthetic_on_both(shape, 9);
     REQUIRE(gpu.model->config().head_dim == int(head_dim));
     std::vector<model::Token> prompt;
     for (int i = 0; i < 30; ++i) prompt.push_back((i * 53 + 7) % 512);

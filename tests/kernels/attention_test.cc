@@ -78,9 +78,7 @@ std::vector<float> run_case(kernels::Backend& be, RopeParams::Layout layout, boo
       for (int l = 0; l < n_layers; ++l) {
         for (float& x : k_rows) x = normal(rng);
         for (float& x : v_rows) x = normal(rng);
-        kernels::Buffer<float> k_on(be, k_rows.size()), v_on(be, v_rows.size());  // the backend's memory
-        k_on.upload(k_rows);
-        v_on.upload(v_rows);
+        const kernels::Buffer<float> k_on(be, k_rows), v_on(be, v_rows);  // the backend's memory
         be.store_kv(kv, l, ids, slots, k_on.data(), v_on.data());
       }
       host[s].emplace_back(kv.page_bytes());
@@ -95,10 +93,9 @@ std::vector<float> run_case(kernels::Backend& be, RopeParams::Layout layout, boo
   std::vector<float> q(size_t(n_q) * n_heads * head_dim), out(q.size());
   for (float& x : q) x = normal(rng);
   const float scale = 1.0f / std::sqrt(float(head_dim));
-  kernels::Buffer<float> q_on(be, q.size()), out_on(be, out.size());
-  q_on.upload(q);
+  const kernels::Buffer<float> q_on(be, q), out_on(be, out.size());
   be.attention(layer, q_on.data(), n_q, n_heads, kv, std::span(&group, 1), rope, scale, out_on.data());
-  be.download(out.data(), out_on.data(), sizeof(float) * out.size());
+  out_on.download(out);
 
   double worst = 0.0;
   for (int j = 0; j < n_q; ++j)

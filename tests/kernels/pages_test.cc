@@ -55,9 +55,7 @@ std::pair<std::vector<float>, std::vector<float>> fill(kernels::Backend& be, con
     const std::vector<PageId> pages(kv.page_tokens, page);
     const size_t half = kv.page_tokens / 2;
     // The rows in the backend's memory, as store_kv takes them.
-    kernels::Buffer<float> k_on(be, per_layer), v_on(be, per_layer);
-    k_on.upload(k_rev);
-    v_on.upload(v_rev);
+    const kernels::Buffer<float> k_on(be, k_rev), v_on(be, v_rev);
     be.store_kv(kv, l, std::span(pages).first(half), std::span(slots).first(half), k_on.data(), v_on.data());
     be.store_kv(kv, l, std::span(pages).subspan(half), std::span(slots).subspan(half),
                 k_on.data() + half * kv.kv_dim(), v_on.data() + half * kv.kv_dim());

@@ -45,7 +45,6 @@ using cuda::cu::make_ptr;
 
 /// Split size of attention's split-K: fixed, so a query's reduction order never depends on its batch.
 constexpr int kSplitTokens = 256;
-constexpr unsigned kMaxGridY = 65535;
 
 ck::WeightFormat weight_format(DType t) {
   switch (t) {
@@ -78,8 +77,6 @@ WeightView view(const Weight& w) {
     v.bytes = make_ptr(static_cast<const uint8_t*>(w.data), extent);
   return v;
 }
-
-unsigned grid_stride_blocks(size_t n) { return unsigned(std::clamp<size_t>((n + 255) / 256, 1, 65535)); }
 
 class EmulatedCudaBackend final : public Backend {
  public:
@@ -127,9 +124,7 @@ class EmulatedCudaBackend final : public Backend {
     if (n <= 0 || w.n_out == 0) return;
     std::lock_guard lock(mutex_);
     const WeightView v = view(w);
-    const unsigned out_blocks = unsigned((w.n_out + ck::kLinearWarps - 1) / ck::kLinearWarps);
-    const unsigned row_groups = unsigned(std::min<int>(kMaxGridY, (n + ck::kLinearRows - 1) / ck::kLinearRows));
-    cuda::cu::launch("linear", ck::linear, Dim3(out_blocks, row_groups), Dim3(32 * ck::kLinearWarps), 0, nullptr,
+    cuda::cu::launch("linear", ck::linear, Dim3(ck::linear_output_blocks(int(w.n_out)), ck::linear_row_groups(n)), Dim3(32 * ck::kLinearWarps), 0, nullptr,
                      v.args, v.f32, v.bytes, dev(x, size_t(n) * size_t(w.n_in)), n,
                      dev(y, size_t(n) * size_t(w.n_out)));
   }
@@ -162,18 +157,18 @@ class EmulatedCudaBackend final : public Backend {
   void swiglu(const float* gate, const float* up, size_t n, float* out) override {
     if (n == 0) return;
     std::lock_guard lock(mutex_);
-    cuda::cu::launch("swiglu", ck::swiglu, Dim3(grid_stride_blocks(n)), Dim3(256), 0, nullptr, dev(gate, n), dev(up, n), n,
+    cuda::cu::launch("swiglu", ck::swiglu, Dim3(ck::grid_stride_blocks(n)), Dim3(256), 0, nullptr, dev(gate, n), dev(up, n), n,
                      dev(out, n));
   }
   void add(float* x, const float* y, size_t n) override {
     if (n == 0) return;
     std::lock_guard lock(mutex_);
-    cuda::cu::launch("add", ck::add, Dim3(grid_stride_blocks(n)), Dim3(256), 0, nullptr, dev(x, n), dev(y, n), n);
+    cuda::cu::launch("add", ck::add, Dim3(ck::grid_stride_blocks(n)), Dim3(256), 0, nullptr, dev(x, n), dev(y, n), n);
   }
   void scale(float* x, size_t n, float s) override {
     if (n == 0) return;
     std::lock_guard lock(mutex_);
-    cuda::cu::launch("scale", ck::scale, Dim3(grid_stride_blocks(n)), Dim3(256), 0, nullptr, dev(x, n), n, s);
+    cuda::cu::launch("scale", ck::scale, Dim3(ck::grid_stride_blocks(n)), Dim3(256), 0, nullptr, dev(x, n), n, s);
   }
 
   bool supports_kv(const KvLayout& kv) const override { return kv_type(kv.k_type) && kv_type(kv.v_type); }

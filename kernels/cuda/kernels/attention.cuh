@@ -35,7 +35,7 @@ CHOREO_DEVICE inline int visible_keys(const AttnSegment& seg, int j) {
 
 /// Bytes of one token's K or V row of a layer in a cache type, and the distance between pages in the pool.
 CHOREO_DEVICE inline size_t kv_row_bytes(KvType t, size_t kv_dim) {
-  return t == KvType::F32 ? 4 * kv_dim : t == KvType::F16 ? 2 * kv_dim : kv_dim / 32 * 34;
+  return t == KvType::F32 ? 4 * kv_dim : t == KvType::F16 ? 2 * kv_dim : kv_dim / 32 * size_t(block_bytes(BlockFormat::Q8_0));
 }
 CHOREO_DEVICE inline size_t page_stride_bytes(const AttnCache& c) {
   const size_t kv_dim = size_t(c.n_kv_heads) * size_t(c.head_dim);
@@ -80,7 +80,7 @@ CHOREO_DEVICE inline float row_element(KvType t, cu::Ptr<const uint8_t> bytes, s
                              uint32_t(bytes[at + 3]) << 24);
   }
   if (t == KvType::F16) return half_to_float(uint32_t(bytes[row + 2 * size_t(i)]) | uint32_t(bytes[row + 2 * size_t(i) + 1]) << 8);
-  return block_element(bytes, BlockFormat::Q8_0, row + size_t(i / 32) * 34, i % 32);
+  return block_element(bytes, BlockFormat::Q8_0, row + size_t(i / 32) * size_t(block_bytes(BlockFormat::Q8_0)), i % 32);
 }
 
 /// Key / value element d of KV head kv_head of token `slot` in page `page`, in the cache's type (the float
@@ -224,7 +224,7 @@ CHOREO_DEVICE inline void encode_row(KvType t, cu::Ptr<uint8_t> bytes, size_t ro
     for (int i = 0; i < 32; ++i) max_abs = fmaxf(max_abs, fabsf(x[32 * b + i]));
     const float scale = max_abs / 127.0f;
     const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
-    const size_t at = row + size_t(b) * 34;
+    const size_t at = row + size_t(b) * size_t(block_bytes(BlockFormat::Q8_0));
     const uint32_t d = float_to_half_bits(scale);
     bytes[at] = uint8_t(d & 0xffu);
     bytes[at + 1] = uint8_t(d >> 8);

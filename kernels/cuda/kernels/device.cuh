@@ -51,6 +51,12 @@ CHOREO_DEVICE inline size_t global_index() {
 }
 CHOREO_DEVICE inline size_t grid_stride() { return size_t(cu::grid_dim().x) * cu::block_dim().x; }
 
+/// Blocks of 256 threads for a grid-stride loop over n elements: one per 256 elements, 1 to 65,535.
+CHOREO_HOST_DEVICE inline unsigned grid_stride_blocks(size_t n) {
+  const size_t blocks = (n + 255) / 256;
+  return unsigned(blocks < 1 ? 1 : blocks > 65535 ? 65535 : blocks);
+}
+
 /// Bytes per block of a format (kernel_args.h).
 CHOREO_HOST_DEVICE inline int block_bytes(BlockFormat f) {
   return f == BlockFormat::Q8_0 ? 34 : f == BlockFormat::Q4_0 ? 18 : 20;

@@ -22,6 +22,14 @@ namespace choreo::cuda::kernels {
 inline constexpr int kLinearWarps = 8;
 inline constexpr int kLinearRows = 16;
 
+/// The product's grid for n rows: blocks of 8 outputs (x), and groups of 16 rows (y, at most 65,535; the
+/// kernel strides over the rest).
+CHOREO_HOST_DEVICE inline unsigned linear_output_blocks(int n_out) { return unsigned((n_out + kLinearWarps - 1) / kLinearWarps); }
+CHOREO_HOST_DEVICE inline unsigned linear_row_groups(int n) {
+  const int groups = (n + kLinearRows - 1) / kLinearRows;
+  return unsigned(groups < 65535 ? groups : 65535);
+}
+
 /// Element k of row o, dequantised exactly as kernels/quant.cc does.
 CHOREO_DEVICE inline float weight_element(const WeightArgs& w, cu::Ptr<const float> f32, cu::Ptr<const uint8_t> bytes,
                                           int o, int k) {
