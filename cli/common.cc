@@ -12,6 +12,25 @@
 
 namespace choreo::cli {
 
+namespace {
+BackendChoice& backend_choice() {
+  static BackendChoice choice;
+  return choice;
+}
+}  // namespace
+
+void add_backend_options(CLI::App& app, BackendChoice& choice) {
+  app.add_option("--backend", choice.name,
+                 "where the model runs: cpu (default); cuda (an NVIDIA GPU: built when nvcc is found, never run on a "
+                 "GPU yet, see docs/cuda.md); cuda-emulated (the CUDA kernels on the CPU through the block emulator, "
+                 "every launch checked: slow, for checking)")
+      ->check(CLI::IsMember({"cpu", "cuda", "cuda-emulated"}));
+  app.add_option("--cuda-device", choice.cuda_device, "the GPU --backend cuda uses (default 0)")
+      ->check(at_least(0));
+}
+
+void set_backend_choice(const BackendChoice& choice) { backend_choice() = choice; }
+
 LoadedModel load_model(const std::string& path, int n_threads) {
   std::string p = path.empty() ? default_model_path() : path;
   if (!std::filesystem::exists(p)) {
@@ -20,7 +39,7 @@ LoadedModel load_model(const std::string& path, int n_threads) {
                                   : "pass the path of a GGUF file with -m");
   }
   LoadedModel lm;
-  lm.backend = kernels::make_cpu_backend(n_threads);
+  lm.backend = kernels::make_backend(backend_choice().name, n_threads, backend_choice().cuda_device);
   lm.model = model::Model::load(p, *lm.backend);
   return lm;
 }

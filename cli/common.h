@@ -34,8 +34,18 @@ struct LoraOptions {
 };
 void add_lora_options(CLI::App& cmd, LoraOptions& lora);
 
-/// Loads `path` (the default model when empty) on the CPU backend with n_threads (<= 0: all cores).
+/// Loads `path` (the default model when empty) on the backend chosen with --backend (the CPU's by default,
+/// with n_threads threads; <= 0: all cores).
 LoadedModel load_model(const std::string& path, int n_threads);
+
+/// The options every command takes: `--backend cpu|cuda|cuda-emulated` and `--cuda-device N`.
+struct BackendChoice {
+  std::string name = "cpu";
+  int cuda_device = 0;
+};
+void add_backend_options(CLI::App& app, BackendChoice& choice);
+/// The choice load_model follows (set once, after the command line is parsed).
+void set_backend_choice(const BackendChoice& choice);
 
 /// `k=v` pairs from repeated flags (`--input`, `--param`, `--map`); a pair without `=` or a key given twice
 /// is a usage error (InputError).

@@ -16,7 +16,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "choreo — LLM inference on a global KV cache of messages (Prompt Choreography), CPU backend.\n"
+      "choreo — LLM inference on a global KV cache of messages (Prompt Choreography), on the CPU (--backend).\n"
       "Workflows: run, check, profile, eval; Prompt Cache: encode, cache. See README.md and docs/."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "choreo 0.1.0");
@@ -31,7 +31,12 @@ int main(int argc, char** argv) {
   app.add_option("--max-input-mib", max_input_mib,
                  "size limit of every input file and JSON line, in MiB (default 256; workflows 4)")
       ->check(CLI::Range(uint64_t(1), uint64_t(1) << 24));
-  app.parse_complete_callback([&] { choreo::configure_input_policy(max_input_mib, allowed_dirs); });
+  choreo::cli::BackendChoice backend;
+  choreo::cli::add_backend_options(app, backend);
+  app.parse_complete_callback([&] {
+    choreo::configure_input_policy(max_input_mib, allowed_dirs);
+    choreo::cli::set_backend_choice(backend);
+  });
   choreo::cli::register_generate(app);
   choreo::cli::register_tokenize(app);
   choreo::cli::register_model(app);

@@ -24,8 +24,9 @@ struct Weight {
   int64_t n_out = 0;
   int64_t n_in = 0;
   size_t row_stride = 0;  // bytes between rows
-  /// The same matrix in a layout of the backend's own (Backend::upload_weight), or null. `data` stays valid
-  /// and means the same: a kernel that does not read the packed layout reads the rows.
+  /// The same matrix in a layout or memory of the backend's own (Backend::upload_weight), or null. `data` stays
+  /// valid and means the same: a CPU kernel that does not read the packed layout reads the rows; the CUDA
+  /// backend keeps its device copy of the rows here.
   std::shared_ptr<const void> packed;
 };
 
@@ -166,6 +167,9 @@ class Backend {
   /// Prepares a weight for this backend's matrix products, once, at load (DESIGN.md §8: weights are uploaded
   /// once). The result may carry a copy in the backend's own layout (Weight::packed), owned by the result.
   virtual Weight upload_weight(const Weight& w) = 0;
+  /// Prepares an embedding table, read by `embed` only (never by matmul), once, at load. The CPU backend reads
+  /// the rows in place; a device backend copies them to its memory (Weight::packed).
+  virtual Weight upload_table(const Weight& table) = 0;
   /// y[i, :] = W · x[i, :] for i < n.   x: [n, n_in], y: [n, n_out].
   virtual void matmul(const Weight& w, const float* x, int n, float* y) = 0;
   /// matmul of one input x ([n, n_in]) by several weights of that n_in (a layer's q, k and v projections,
@@ -256,10 +260,19 @@ constexpr int kMaxThreads = 512;
 /// means one per core; more than kMaxThreads is an InputError.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 
-/// The CUDA backend's kernels (kernels/cuda/kernels) run on the CPU through the block emulator
-/// (kernels/cuda/emu/emulated_backend.cc): every launch checked for out-of-bounds accesses and shared-memory
-/// races. Slow (one fiber per CUDA thread): for tests and for checking kernels, on stories260K-sized models.
-/// Reads F32/F16/BF16/Q8_0/Q4_0/Q4_1 weights and f32/f16/q8_0 KV pages; other weights are an InputError.
+/// The CUDA backend (kernels/cuda/backend_core.h) on the CPU: its kernels (kernels/cuda/kernels) run through
+/// the block emulator (kernels/cuda/emu/emulated_backend.cc), every launch checked for out-of-bounds accesses
+/// and shared-memory races, every array checked to be the backend's memory. Slow (one fiber per CUDA thread):
+/// for tests and for checking kernels, on stories260K-sized models. Reads F32/F16/BF16/Q8_0/Q4_0/Q4_1 weights
+/// and f32/f16/q8_0 KV pages; other weights are an InputError.
 std::unique_ptr<Backend> make_cuda_emulated_backend();
+
+/// The backend a command runs on, by name: "cpu" (n_threads threads), "cuda" (device `device`: an InputError
+/// when this build has no CUDA or the machine no device) or "cuda-emulated". Unknown names are an InputError.
+std::unique_ptr<Backend> make_backend(std::string_view name, int n_threads, int device = 0);
+/// Whether this build includes the CUDA device backend (nvcc was found), and the devices the driver reports
+/// (0 without CUDA, without a driver or without a GPU).
+bool built_with_cuda();
+int cuda_device_count();
 
 }  // namespace choreo::kernels

@@ -156,13 +156,17 @@ def main() -> None:
     ap.add_argument("--parallel", default="1,2,4,8,16")
     ap.add_argument("--parallel-n", type=int, default=32, help="tokens each parallel sequence generates")
     ap.add_argument("--peer", choices=["llama-bench", "python"], default="llama-bench")
+    ap.add_argument("--cuda", action="store_true",
+                    help="on a GPU: choreo --backend cuda against llama.cpp's CUDA build with every layer offloaded "
+                         "(-ngl 99); scripts/gpu_check.sh")
     a = ap.parse_args()
     rows = a.rows.split(",")
     choreo = os.environ.get("CHOREO_BIN", os.path.join(ROOT, "build", "choreo"))
     bench_matmul = os.path.join(os.path.dirname(choreo), "bench_matmul")
     models = a.models or default_models(choreo)
     if a.peer == "llama-bench":
-        peer_dir = run([os.path.join(ROOT, "scripts", "build_peer.sh")]).stdout.strip().splitlines()[-1]
+        peer_dir = run([os.path.join(ROOT, "scripts", "build_peer.sh")] + (["--cuda"] if a.cuda else [])
+                       ).stdout.strip().splitlines()[-1]
         llama_bench = os.path.join(peer_dir, "llama-bench")
         batched_bench = os.path.join(peer_dir, "llama-batched-bench")
     head = run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).stdout.strip()
@@ -174,14 +178,15 @@ def main() -> None:
     # commands runs once per round, paired with every choreo variant of it.
     pairs = []
     for m in models:
-        ours = [choreo, "bench", "-m", m, "--json", "-r", "1"] + t
+        ours = [choreo, "bench", "-m", m, "--json", "-r", "1"] + t + (["--backend", "cuda"] if a.cuda else [])
+        offload = ["-ngl", "99"] if a.cuda else []
         if a.peer == "python":
             ref = [sys.executable, os.path.join(ROOT, "tests", "reference", "llama_bench.py"), m, "-r", "1"] + t
             if "idle" in rows:
                 pairs.append((m, [("idle", ours + ["-p", str(a.p), "-n", str(a.n)])], choreo_tests,
                               ref + ["-p", str(a.p), "-n", str(a.n)], python_ref_tests, False))
             continue
-        lb = [llama_bench, "-m", m, "-o", "json", "-r", "1"] + t
+        lb = [llama_bench, "-m", m, "-o", "json", "-r", "1"] + t + offload
         if "idle" in rows:
             pairs.append((m, [("idle", ours + ["-p", str(a.p), "-n", str(a.n)])], choreo_tests,
                           lb + ["-p", str(a.p), "-n", str(a.n)], llama_bench_tests, False))
@@ -200,7 +205,7 @@ def main() -> None:
             pairs.append((m, [("parallel", ours + ["-p", "0", "-n", pn, "--parallel", a.parallel,
                                                   "--parallel-prompt", "128"])], choreo_tests,
                           [batched_bench, "-m", m, "-c", ctx, "-b", "2048", "-ub", "512", "-npp", "128",
-                           "-ntg", pn, "-npl", a.parallel, "--output-format", "jsonl"] + t,
+                           "-ntg", pn, "-npl", a.parallel, "--output-format", "jsonl"] + t + offload,
                           batched_bench_tests, False))
 
     results = {}  # (model, row, test) -> (ours list, theirs list)

@@ -5,6 +5,8 @@
 # Idempotent: cached binaries are reused.
 #
 #   scripts/build_peer.sh            # -> ~/.cache/choreo/peer/llama-cpp-python-0.3.36/bin
+#   scripts/build_peer.sh --cuda     # llama.cpp's CUDA build (-DGGML_CUDA=ON), for scripts/gpu_check.sh
+#                                    # -> ~/.cache/choreo/peer/llama-cpp-python-0.3.36/bin-cuda
 #
 # Needs cmake and a C++ compiler (scripts/setup.sh installs both) and PyPI for the sdist (pip download).
 set -euo pipefail
@@ -14,12 +16,21 @@ CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/choreo"
 VENV="$CACHE/venv"
 PEER="$CACHE/peer/llama-cpp-python-$VERSION"
 TOOLS=(llama-bench llama-batched-bench)
+FLAVOUR=""
+CUDA_FLAGS=()
+if [[ "${1:-}" == "--cuda" ]]; then
+  FLAVOUR="-cuda"
+  CUDA_FLAGS=(-DGGML_CUDA=ON)
+elif [[ $# -gt 0 ]]; then
+  echo "usage: scripts/build_peer.sh [--cuda]" >&2
+  exit 2
+fi
 
 have_all() {
-  for t in "${TOOLS[@]}"; do [[ -x "$PEER/bin/$t" ]] || return 1; done
+  for t in "${TOOLS[@]}"; do [[ -x "$PEER/bin$FLAVOUR/$t" ]] || return 1; done
 }
 if have_all; then
-  echo "$PEER/bin"
+  echo "$PEER/bin$FLAVOUR"
   exit 0
 fi
 
@@ -42,13 +53,13 @@ fi
 # Native: the peer gets every instruction set this CPU has (-march=native), as a user building llama.cpp
 # would. OpenMP on, as llama.cpp's default CPU build.
 say "building ${TOOLS[*]} (a few minutes)"
-cmake -S "$SRC/vendor/llama.cpp" -B "$PEER/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+cmake -S "$SRC/vendor/llama.cpp" -B "$PEER/build$FLAVOUR" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-  -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON -DBUILD_SHARED_LIBS=OFF >&2
-cmake --build "$PEER/build" --target "${TOOLS[@]}" -j"$(nproc)" >&2
-mkdir -p "$PEER/bin"
+  -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON -DBUILD_SHARED_LIBS=OFF ${CUDA_FLAGS[@]+"${CUDA_FLAGS[@]}"} >&2
+cmake --build "$PEER/build$FLAVOUR" --target "${TOOLS[@]}" -j"$(nproc)" >&2
+mkdir -p "$PEER/bin$FLAVOUR"
 for t in "${TOOLS[@]}"; do
-  cp "$PEER/build/bin/$t" "$PEER/bin/$t.partial"
-  mv "$PEER/bin/$t.partial" "$PEER/bin/$t"
+  cp "$PEER/build$FLAVOUR/bin/$t" "$PEER/bin$FLAVOUR/$t.partial"
+  mv "$PEER/bin$FLAVOUR/$t.partial" "$PEER/bin$FLAVOUR/$t"
 done
-echo "$PEER/bin"
+echo "$PEER/bin$FLAVOUR"

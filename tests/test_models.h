@@ -32,11 +32,15 @@ struct NamedBackend {
   const char* name;
   kernels::Backend& backend;
 };
-/// Every backend present: the CPU's, and the CUDA kernels run by the block emulator (when a GPU test machine
-/// exists, the CUDA backend joins here).
+/// Every backend present: the CPU's, the CUDA backend run by the block emulator, and the CUDA backend on
+/// device 0 when this build has it and the machine has a GPU (scripts/gpu_check.sh).
 inline std::vector<NamedBackend> conformance_backends() {
   static std::unique_ptr<kernels::Backend> emulated = kernels::make_cuda_emulated_backend();
-  return {{"cpu", cpu_backend()}, {"cuda-emulated", *emulated}};
+  static std::unique_ptr<kernels::Backend> device =
+      kernels::cuda_device_count() > 0 ? kernels::make_backend("cuda", 1, 0) : nullptr;
+  std::vector<NamedBackend> all = {{"cpu", cpu_backend()}, {"cuda-emulated", *emulated}};
+  if (device) all.push_back({"cuda", *device});
+  return all;
 }
 
 /// stories260K (F32, SentencePiece vocab), loaded on first use and shared by every test of the binary.
@@ -50,6 +54,16 @@ inline LoadedModel& stories260k() {
 inline LoadedModel& stories260k_cuda_emulated() {
   static LoadedModel loaded(shared_file("models/stories260K.gguf"), kernels::make_cuda_emulated_backend());
   return loaded;
+}
+
+/// stories260K on the CUDA backend on device 0, or null when there is none (a build without nvcc, a machine
+/// without a GPU): the tests that run on the emulated backend run here too (scripts/gpu_check.sh).
+inline LoadedModel* stories260k_cuda_device() {
+  static std::unique_ptr<LoadedModel> loaded =
+      kernels::cuda_device_count() > 0
+          ? std::make_unique<LoadedModel>(shared_file("models/stories260K.gguf"), kernels::make_backend("cuda", 1, 0))
+          : nullptr;
+  return loaded.get();
 }
 
 /// The default instruct model (SmolLM2-135M-Instruct Q4_1, as scripts/setup.sh installs it), loaded on first use

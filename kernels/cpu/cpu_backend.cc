@@ -44,6 +44,7 @@ class CpuBackend final : public Backend {
     uploaded.packed = cpu::pack_weight(w);
     return uploaded;
   }
+  Weight upload_table(const Weight& table) override { return table; }  // embed reads the rows in place
   void matmul(const Weight& w, const float* x, int n, float* y) override { cpu::matmul(w, x, n, y); }
   void matmul_group(std::span<const MatmulOutput> outputs, const float* x, int n) override {
     cpu::matmul_group(outputs, x, n);

@@ -33,6 +33,9 @@
 #define CHOREO_DEVICE __device__
 #define CHOREO_HOST_DEVICE __host__ __device__
 #define CHOREO_SHARED_ARRAY(T, name, n) __shared__ T name[n]
+namespace choreo::cuda {
+using Dim3 = dim3;  // launch geometry; the emulator defines its own (emu/block_emulator.h)
+}
 #else
 #include <fmt/format.h>
 

@@ -151,8 +151,10 @@ void Model::load_weights() {
   output_norm_ = vector_f32(f, "output_norm.weight", c.dim);
   output_norm_on_backend_ = kernels::Buffer<float>(backend_, output_norm_);
   c.tied_output = f.tensor("output.weight") == nullptr;
-  // The embedding table is read by rows (embed); the output projection, tied to it or not, by matmul.
+  // The embedding table is read by rows (embed); the output projection, tied to it or not, by matmul. A tied
+  // table is uploaded once, for both.
   output_ = backend_.upload_weight(c.tied_output ? token_embd_ : weight_view(f, "output.weight", c.dim, c.n_vocab));
+  embed_table_ = c.tied_output ? output_ : backend_.upload_table(token_embd_);
   if (f.tensor("rope_freqs.weight")) c.rope_freq_factors = vector_f32(f, "rope_freqs.weight", c.rope_dims / 2);
 
   const int q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
@@ -239,7 +241,7 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
   if (batch.x_in)
     be.upload(s.x.data(), batch.x_in, sizeof(float) * row_floats);
   else
-    be.embed(token_embd_, batch.tokens, s.x.data());
+    be.embed(embed_table_, batch.tokens, s.x.data());
   const auto capture = [&](int l) {
     for (size_t i = 0; i < batch.capture_layers.size(); ++i)
       if (batch.capture_layers[i] == l) be.download(batch.capture + i * row_floats, s.x.data(), sizeof(float) * row_floats);

@@ -144,6 +144,7 @@ class Model {
   std::unique_ptr<Vocab> vocab_;
   ChatFormat chat_format_ = ChatFormat::None;
   kernels::Weight token_embd_, output_;
+  kernels::Weight embed_table_;  // token_embd_ as the backend's embed reads it (upload_table, or output_ when tied)
   std::vector<float> output_norm_;
   kernels::Buffer<float> output_norm_on_backend_;
   std::vector<LayerWeights> layers_;

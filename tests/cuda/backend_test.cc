@@ -175,13 +175,19 @@ TEST_CASE("cuda backend (emulated): weights without a kernel are input errors") 
 TEST_CASE("cuda backend (emulated): operations refuse memory that is not the backend's, as a GPU would") {
   kernels::Backend& be = emulated();
   const StoredWeight sw(DType::F32, 8, 32, 1);
+  const kernels::Weight w = be.upload_weight(sw.w);
   std::vector<float> host_x(32), host_y(8);
   kernels::Buffer<float> x(be, 32), y(be, 8), short_y(be, 7);
-  CHECK_THROWS_AS(be.matmul(sw.w, host_x.data(), 1, y.data()), std::logic_error);
-  CHECK_THROWS_AS(be.matmul(sw.w, x.data(), 1, host_y.data()), std::logic_error);
-  CHECK_THROWS_AS(be.matmul(sw.w, x.data(), 1, short_y.data()), std::logic_error);  // past the allocation's end
+  CHECK_THROWS_AS(be.matmul(w, host_x.data(), 1, y.data()), std::logic_error);
+  CHECK_THROWS_AS(be.matmul(w, x.data(), 1, host_y.data()), std::logic_error);
+  CHECK_THROWS_AS(be.matmul(w, x.data(), 1, short_y.data()), std::logic_error);  // past the allocation's end
   CHECK_THROWS_AS(be.upload(host_y.data(), host_x.data(), 32), std::logic_error);
-  be.matmul(sw.w, x.data(), 1, y.data());
+  // Weights are device memory too: one that upload_weight / upload_table did not copy is refused.
+  CHECK_THROWS_AS(be.matmul(sw.w, x.data(), 1, y.data()), std::logic_error);
+  const std::vector<int32_t> ids = {1};
+  CHECK_THROWS_AS(be.embed(sw.w, ids, x.data()), std::logic_error);
+  be.embed(be.upload_table(sw.w), ids, x.data());
+  be.matmul(w, x.data(), 1, y.data());
 }
 
 TEST_CASE("cuda backend (emulated): KV pages in f32, f16 and q8_0 are written byte for byte as the CPU backend writes them") {

@@ -189,6 +189,30 @@ TEST_CASE("pages: new pages are zero, also when recycled, and copies run asynchr
   }
 }
 
+TEST_CASE("pages: every page keeps its bytes while the pool grows around it") {
+  // The CUDA backend keeps the pages of one size in one allocation and moves them when it grows (16 pages,
+  // then doubling): pages written before each growth must read back unchanged after it.
+  for (const testing::NamedBackend& backend : testing::conformance_backends()) {
+    kernels::Backend& be = backend.backend;
+    CAPTURE(backend.name);
+    const KvLayout kv = layout(DType::Q8_0, DType::F16);
+    std::vector<PageId> pages;
+    std::vector<std::vector<std::byte>> images;
+    for (int i = 0; i < 70; ++i) {
+      pages.push_back(be.alloc_page(kv.page_bytes()));
+      images.emplace_back(kv.page_bytes());
+      for (size_t b = 0; b < images.back().size(); ++b) images.back()[b] = std::byte((b * 7 + size_t(i) * 13) & 0xff);
+      be.copy_from_host(images.back().data(), pages.back(), {0, kv.page_bytes()}).wait();
+      if (i % 10 == 0) be.free_page(be.alloc_page(kv.page_bytes()));  // a page freed on the way
+    }
+    for (size_t i = 0; i < pages.size(); ++i) {
+      CAPTURE(i);
+      CHECK(host_image(be, pages[i], kv.page_bytes()) == images[i]);
+    }
+    for (PageId p : pages) be.free_page(p);
+  }
+}
+
 TEST_CASE("pages: cache types are named as llama.cpp's -ctk/-ctv, and checked against the model's heads") {
   CHECK(kernels::parse_kv_type("f32") == DType::F32);
   CHECK(kernels::parse_kv_type("f16") == DType::F16);

@@ -102,6 +102,10 @@ TEST_CASE("stories260K on the CUDA kernels (block emulator) matches llama.cpp: t
   compare_with_llama_cpp(testing::shared_file("models/stories260K.gguf"),
                          {"Once upon a time", "Lily and Ben went to the park.", "In the forest, a fox"}, 1e-5, 0.0, {},
                          kernels::make_cuda_emulated_backend());
+  if (kernels::cuda_device_count() > 0)
+    compare_with_llama_cpp(testing::shared_file("models/stories260K.gguf"),
+                           {"Once upon a time", "Lily and Ben went to the park.", "In the forest, a fox"}, 1e-5, 0.0, {},
+                           kernels::make_backend("cuda", 1, 0));
 }
 
 TEST_CASE("SmolLM2-135M-Instruct Q4_1 matches llama.cpp: tokens, final logits, greedy tokens within near-ties") {

@@ -86,6 +86,7 @@ TEST_CASE("batch invariance: a decode's logits are bit-identical alone, in batch
 TEST_CASE("batch invariance on the CUDA kernels (block emulator): a decode's logits are bit-identical alone and in batches (stories260K)") {
   // ~330 tokens: two of the attention kernel's 256-key splits for the longest context, one for the others.
   check_invariance(testing::stories260k_cuda_emulated(), 16);
+  if (testing::LoadedModel* device = testing::stories260k_cuda_device()) check_invariance(*device, 16);
 }
 
 TEST_CASE("batch invariance: a decode's logits are bit-identical alone, in batches, with 1 or 2 threads (SmolLM2)") {

@@ -1,0 +1,47 @@
+// kernels::make_backend: the backend a command runs on, chosen by name (the CLI's --backend).
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "kernels/backend.h"
+#if defined(CHOREO_WITH_CUDA)
+#include "kernels/cuda/device/cuda_backend.h"
+#endif
+
+namespace choreo::kernels {
+
+bool built_with_cuda() {
+#if defined(CHOREO_WITH_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+int cuda_device_count() {
+#if defined(CHOREO_WITH_CUDA)
+  return cuda::device_count();
+#else
+  return 0;
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view name, int n_threads, int device) {
+  if (name == "cpu") return make_cpu_backend(n_threads);
+  if (name == "cuda-emulated") {
+    std::unique_ptr<Backend> backend = make_cuda_emulated_backend();
+    backend->set_threads(n_threads);
+    return backend;
+  }
+  if (name == "cuda") {
+#if defined(CHOREO_WITH_CUDA)
+    return cuda::make_device_backend(device);
+#else
+    throw InputError("this choreo was built without the CUDA backend (no nvcc was found when it was configured)",
+                     "install the CUDA toolkit and configure with -DCHOREO_CUDA=ON, or use --backend cpu");
+#endif
+  }
+  throw InputError(fmt::format("unknown backend '{}'", name), "use --backend cpu, cuda or cuda-emulated");
+}
+
+}  // namespace choreo::kernels

@@ -1,0 +1,482 @@
+#pragma once
+// The CUDA backend's host logic, written once and compiled twice (issue 14):
+// - by the host compiler with the emulated device (kernels/cuda/emu/emulated_backend.cc), where every launch
+//   runs in the block emulator and every array an operation touches is checked against the allocations;
+// - by nvcc with the CUDA runtime (kernels/cuda/device/cuda_backend.cu), where launches are <<<>>> on a stream.
+// Everything but the memory and copy layer (`Device`) is this file: weights copied to device memory at load,
+// KV page arenas (one allocation per page size, indexed by page number: tier 0), the flattening of attention
+// groups and per-call metadata staged into device memory, launch geometry, scratch for split-K partials. So
+// all of it runs, checked, on a machine without a GPU; only the Device layer below is left for a GPU to test.
+//
+// The Device layer (a class; see EmulatedDevice and CudaDevice):
+//   std::string name() const;
+//   void* alloc(size_t bytes);                      // device memory, 64-byte aligned; throws on no room
+//   void release(void* p);
+//   void upload(void* dst, const void* host, size_t bytes);      // done when it returns
+//   void download(void* host, const void* src, size_t bytes);    // done when it returns
+//   void copy(void* dst, const void* src, size_t bytes);         // device to device, ordered with launches
+//   void zero(void* dst, size_t bytes);
+//   template <class T> cu::Ptr<T> global(T* p, size_t n, const char* what) const;  // a caller's array
+//   cu::Stream stream() const;                      // the stream every launch and copy above goes to
+//   void launched(const char* kernel);              // after every launch: device errors are checked here
+//   void synchronize();                             // every launch and copy done (before memory is moved)
+//   kernels::Completion to_host_async(void* host, const void* src, size_t bytes);    // tier copies
+//   kernels::Completion from_host_async(void* dst, const void* host, size_t bytes);
+// Operations are serialised by one mutex (the tiers' copy thread calls copy_to_host / copy_from_host while the
+// engine computes); the Device's alloc/release take their own lock, since weights are released by their owners.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/backend_errors.h"
+#include "kernels/cuda/kernel_args.h"
+#include "kernels/cuda/kernels/attention.cuh"
+#include "kernels/cuda/kernels/elementwise.cuh"
+#include "kernels/cuda/kernels/linear.cuh"
+#include "kernels/cuda/portable.h"
+
+namespace choreo::cuda {
+
+/// Split size of attention's split-K: fixed, so a query's reduction order never depends on its batch.
+inline constexpr int kAttentionSplitTokens = 256;
+
+template <class Device>
+class CoreBackend final : public choreo::kernels::Backend {
+  using Weight = choreo::kernels::Weight;
+  using DType = choreo::kernels::DType;
+  using KvLayout = choreo::kernels::KvLayout;
+  using PageId = choreo::kernels::PageId;
+  using ByteRange = choreo::kernels::ByteRange;
+  using Completion = choreo::kernels::Completion;
+
+ public:
+  explicit CoreBackend(std::shared_ptr<Device> device) : dev_(std::move(device)) {
+    dummy_ = static_cast<float*>(dev_->alloc(64));
+    dev_->zero(dummy_, 64);
+  }
+  ~CoreBackend() override {
+    dev_->synchronize();
+    for (Arena& a : arenas_) dev_->release(a.memory);
+    for (Scratch* s : {&staging_, &part_m_, &part_l_, &part_acc_})
+      if (s->memory) dev_->release(s->memory);
+    dev_->release(dummy_);
+  }
+
+  std::string name() const override { return dev_->name(); }
+  void set_threads(int n_threads) override {
+    if (n_threads > choreo::kernels::kMaxThreads)
+      throw_input_error(std::to_string(n_threads) + " threads requested; a backend takes at most " +
+                        std::to_string(choreo::kernels::kMaxThreads));
+    n_threads_ = std::max(1, n_threads);  // host threads do not matter: the device computes
+  }
+  int threads() const override { return n_threads_; }
+
+  void* alloc(size_t bytes) override { return dev_->alloc(std::max<size_t>(bytes, 1)); }
+  void release(void* p) override { dev_->release(p); }
+  void upload(void* dst, const void* host, size_t bytes) override {
+    std::lock_guard lock(mutex_);
+    dev_->upload(checked(static_cast<std::byte*>(dst), bytes, "upload"), host, bytes);
+  }
+  void download(void* host, const void* src, size_t bytes) override {
+    std::lock_guard lock(mutex_);
+    dev_->download(host, checked(static_cast<const std::byte*>(src), bytes, "download"), bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    std::lock_guard lock(mutex_);
+    dev_->copy(checked(static_cast<std::byte*>(dst), bytes, "copy"), checked(static_cast<const std::byte*>(src), bytes, "copy"),
+               bytes);
+  }
+
+  /// Weights are copied to device memory once, as stored (the kernels read every format in place);
+  /// Weight::packed owns the copy, Weight::data stays the host rows.
+  Weight upload_weight(const Weight& w) override {
+    weight_format(w.type);  // refuses a format the kernels cannot read, at load
+    if (w.type == DType::F32 && w.row_stride % sizeof(float) != 0)
+      throw_input_error("an F32 weight whose rows are not 4-byte aligned cannot be read by the CUDA kernels");
+    Weight uploaded = w;
+    const size_t bytes = weight_bytes(w);
+    void* memory = dev_->alloc(std::max<size_t>(bytes, 1));
+    {
+      std::lock_guard lock(mutex_);
+      if (bytes > 0) dev_->upload(memory, w.data, bytes);
+    }
+    uploaded.packed = std::shared_ptr<const void>(memory, [dev = dev_](const void* p) { dev->release(const_cast<void*>(p)); });
+    return uploaded;
+  }
+  Weight upload_table(const Weight& table) override { return upload_weight(table); }
+
+  void matmul(const Weight& w, const float* x, int n, float* y) override {
+    if (n <= 0 || w.n_out == 0) return;
+    std::lock_guard lock(mutex_);
+    const WeightView v = view(w);
+    cu::launch("linear", kernels::linear, Dim3(kernels::linear_output_blocks(int(w.n_out)), kernels::linear_row_groups(n)),
+               Dim3(32 * kernels::kLinearWarps), 0, dev_->stream(), v.args, v.f32, v.bytes,
+               arg(x, size_t(n) * size_t(w.n_in)), n, arg(y, size_t(n) * size_t(w.n_out)));
+    dev_->launched("linear");
+  }
+  void matmul_group(std::span<const choreo::kernels::MatmulOutput> outputs, const float* x, int n) override {
+    for (const choreo::kernels::MatmulOutput& o : outputs) matmul(*o.w, x, n, o.y);
+  }
+  void embed(const Weight& table, std::span<const int32_t> ids, float* out) override {
+    if (ids.empty()) return;
+    for (int32_t id : ids)
+      if (id < 0 || id >= table.n_out)
+        throw_input_error("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(table.n_out));
+    std::lock_guard lock(mutex_);
+    const WeightView v = view(table);
+    Staging st(*this);
+    const size_t at_ids = st.add(ids);
+    st.commit();
+    cu::launch("embed_rows", kernels::embed_rows, Dim3(unsigned(ids.size())), Dim3(128), 0, dev_->stream(), v.args, v.f32,
+               v.bytes, st.template get<int32_t>(at_ids, ids.size()), arg(out, ids.size() * size_t(table.n_in)));
+    dev_->launched("embed_rows");
+  }
+  void rmsnorm(const float* x, const float* weight, int n, int dim, float eps, float* out) override {
+    if (n <= 0) return;
+    std::lock_guard lock(mutex_);
+    const size_t size = size_t(n) * size_t(dim);
+    cu::launch("rmsnorm", kernels::rmsnorm, Dim3(unsigned(n)), Dim3(256), 0, dev_->stream(), arg(x, size),
+               arg(weight, size_t(dim)), dim, eps, arg(out, size));
+    dev_->launched("rmsnorm");
+  }
+  void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const choreo::kernels::RopeParams& p) override {
+    if (n <= 0) return;
+    std::lock_guard lock(mutex_);
+    Staging st(*this);
+    const size_t at_pos = st.add(std::span<const int32_t>(pos, size_t(n)));
+    const std::optional<size_t> at_factors = stage_factors(st, p);
+    st.commit();
+    cu::launch("rope", kernels::rope, Dim3(unsigned(n)), Dim3(128), 0, dev_->stream(),
+               arg(x, size_t(n) * size_t(n_heads) * size_t(head_dim)), n_heads, head_dim,
+               st.template get<int32_t>(at_pos, size_t(n)), 0, 1, rope_args(p), factors(st, p, at_factors));
+    dev_->launched("rope");
+  }
+  void swiglu(const float* gate, const float* up, size_t n, float* out) override {
+    if (n == 0) return;
+    std::lock_guard lock(mutex_);
+    cu::launch("swiglu", kernels::swiglu, Dim3(kernels::grid_stride_blocks(n)), Dim3(256), 0, dev_->stream(), arg(gate, n),
+               arg(up, n), n, arg(out, n));
+    dev_->launched("swiglu");
+  }
+  void add(float* x, const float* y, size_t n) override {
+    if (n == 0) return;
+    std::lock_guard lock(mutex_);
+    cu::launch("add", kernels::add, Dim3(kernels::grid_stride_blocks(n)), Dim3(256), 0, dev_->stream(), arg(x, n), arg(y, n), n);
+    dev_->launched("add");
+  }
+  void scale(float* x, size_t n, float s) override {
+    if (n == 0) return;
+    std::lock_guard lock(mutex_);
+    cu::launch("scale", kernels::scale, Dim3(kernels::grid_stride_blocks(n)), Dim3(256), 0, dev_->stream(), arg(x, n), n, s);
+    dev_->launched("scale");
+  }
+
+  bool supports_kv(const KvLayout& kv) const override { return kv_type(kv.k_type) && kv_type(kv.v_type); }
+  PageId alloc_page(size_t bytes) override {
+    std::lock_guard lock(mutex_);
+    auto it = std::find_if(arenas_.begin(), arenas_.end(), [&](const Arena& a) { return a.page_bytes == bytes; });
+    if (it == arenas_.end()) {
+      if (arenas_.size() == kMaxArenas) throw std::bad_alloc();
+      arenas_.push_back(Arena{bytes, (bytes + sizeof(float) - 1) / sizeof(float)});
+      it = arenas_.end() - 1;
+    }
+    Arena& a = *it;
+    uint32_t index;
+    if (!a.free.empty()) {
+      index = a.free.back();
+      a.free.pop_back();
+    } else {
+      if (a.n_pages == kPagesPerArena) throw std::bad_alloc();
+      if (a.n_pages == a.capacity) grow(a);
+      index = a.n_pages++;
+    }
+    dev_->zero(a.memory + size_t(index) * a.page_floats, a.page_floats * sizeof(float));
+    return PageId(uint32_t(it - arenas_.begin()) << kIndexBits | index);
+  }
+  void free_page(PageId page) override {
+    std::lock_guard lock(mutex_);
+    arena_of(page).free.push_back(page & kIndexMask);
+  }
+  void store_kv(const KvLayout& kv, int layer, std::span<const PageId> pages, std::span<const int32_t> slots,
+                const float* k, const float* v) override {
+    if (pages.empty()) return;
+    require_types(kv);
+    std::lock_guard lock(mutex_);
+    Arena& a = arena_for(kv, pages[0]);
+    std::vector<int32_t> index(pages.size());
+    for (size_t i = 0; i < pages.size(); ++i) index[i] = int32_t(page_in(a, pages[i]));
+    const size_t n = pages.size(), rows = n * size_t(kv.kv_dim());
+    Staging st(*this);
+    const size_t at_index = st.add(std::span<const int32_t>(index)), at_slots = st.add(slots.first(n));
+    st.commit();
+    cu::launch("store_kv", kernels::store_kv, Dim3(unsigned(n)), Dim3(128), 0, dev_->stream(), pool(a), cache_args(kv, layer),
+               st.template get<int32_t>(at_index, n), st.template get<int32_t>(at_slots, n), arg(k, rows), arg(v, rows));
+    dev_->launched("store_kv");
+  }
+  void copy_page(PageId dst, PageId src, ByteRange range) override {
+    std::lock_guard lock(mutex_);
+    std::byte* to = page_bytes(dst, range);
+    dev_->copy(to, page_bytes(src, range), range.bytes);
+  }
+  Completion copy_to_host(PageId src, ByteRange range, void* dst) override {
+    std::lock_guard lock(mutex_);
+    return dev_->to_host_async(dst, page_bytes(src, range), range.bytes);
+  }
+  Completion copy_from_host(const void* src, PageId dst, ByteRange range) override {
+    std::lock_guard lock(mutex_);
+    return dev_->from_host_async(page_bytes(dst, range), src, range.bytes);
+  }
+
+  void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& kv,
+                 std::span<const choreo::kernels::AttentionGroup> groups, const choreo::kernels::RopeParams& rope,
+                 float scale, float* out) override {
+    if (n_q <= 0) return;
+    require_types(kv);
+    if (kv.head_dim > kernels::kMaxHeadDim)
+      throw_input_error("head dimension " + std::to_string(kv.head_dim) + " is above the CUDA attention kernel's " +
+                        std::to_string(kernels::kMaxHeadDim));
+    std::lock_guard lock(mutex_);
+    // The groups flattened for the kernels (kernel_args.h): page numbers within one arena, segments, groups.
+    Arena* arena = nullptr;
+    std::vector<int32_t> page_list, group_of_query(size_t(n_q), -1);
+    std::vector<kernels::AttnSegment> segments;
+    std::vector<kernels::AttnGroup> kgroups;
+    int max_keys = 0;
+    for (const choreo::kernels::AttentionGroup& g : groups) {
+      if (g.q_begin < 0 || g.q_end > n_q || g.q_begin > g.q_end) throw std::logic_error("attention: a group's rows are outside the batch");
+      kgroups.push_back({g.q_begin, g.q_end, int(segments.size()), int(g.segments.size())});
+      int keys = 0;
+      for (const choreo::kernels::KvSegment& s : g.segments) {
+        if (kv.pages_for(size_t(s.n_tokens)) > s.pages.size())
+          throw std::logic_error("attention: a segment has fewer pages than its tokens need");
+        segments.push_back({int(page_list.size()), s.n_tokens, s.delta, s.causal_base});
+        for (PageId p : s.pages) {
+          if (!arena) arena = &arena_for(kv, p);
+          page_list.push_back(int32_t(page_in(*arena, p)));
+        }
+        keys += s.n_tokens;
+      }
+      max_keys = std::max(max_keys, keys);
+      for (int j = g.q_begin; j < g.q_end; ++j) group_of_query[size_t(j)] = int32_t(kgroups.size() - 1);
+    }
+    if (std::count(group_of_query.begin(), group_of_query.end(), -1) > 0)
+      throw std::logic_error("attention: a query row belongs to no group");
+    const int n_splits = std::max(1, (max_keys + kAttentionSplitTokens - 1) / kAttentionSplitTokens);
+    const size_t parts = size_t(n_q) * size_t(n_heads) * size_t(n_splits), width = size_t(n_heads) * size_t(kv.head_dim);
+    reserve(part_m_, parts * sizeof(float));
+    reserve(part_l_, parts * sizeof(float));
+    reserve(part_acc_, parts * size_t(kv.head_dim) * sizeof(float));
+    if (page_list.empty()) page_list.push_back(0);  // a kernel argument must point somewhere
+    if (segments.empty()) segments.push_back({});
+    Staging st(*this);
+    const size_t at_pages = st.add(std::span<const int32_t>(page_list)),
+                 at_segments = st.add(std::span<const kernels::AttnSegment>(segments)),
+                 at_groups = st.add(std::span<const kernels::AttnGroup>(kgroups)),
+                 at_group_of = st.add(std::span<const int32_t>(group_of_query));
+    const std::optional<size_t> at_factors = stage_factors(st, rope);
+    st.commit();
+    const kernels::AttnCache cache = cache_args(kv, layer);
+    const cu::Ptr<float> m = floats(part_m_, parts), l = floats(part_l_, parts),
+                         acc = floats(part_acc_, parts * size_t(kv.head_dim));
+    cu::launch("attention_partials", kernels::attention_partials, Dim3(unsigned(n_q), unsigned(n_heads), unsigned(n_splits)),
+               Dim3(32), 0, dev_->stream(), arg(q, size_t(n_q) * width), n_heads,
+               arena ? pool(*arena) : cu::make_ptr(static_cast<float*>(dummy_), 16), cache,
+               st.template get<int32_t>(at_pages, page_list.size()),
+               st.template get<kernels::AttnSegment>(at_segments, segments.size()),
+               st.template get<kernels::AttnGroup>(at_groups, kgroups.size()),
+               st.template get<int32_t>(at_group_of, group_of_query.size()), rope_args(rope),
+               factors(st, rope, at_factors), scale, kAttentionSplitTokens, n_splits, m, l, acc);
+    dev_->launched("attention_partials");
+    cu::launch("attention_combine", kernels::attention_combine, Dim3(unsigned(n_q), unsigned(n_heads)), Dim3(32), 0,
+               dev_->stream(), n_heads, kv.head_dim, n_splits, cu::Ptr<const float>(m), cu::Ptr<const float>(l),
+               cu::Ptr<const float>(acc), arg(out, size_t(n_q) * width));
+    dev_->launched("attention_combine");
+  }
+
+ private:
+  /// Pages of one size, page after page in one device allocation; a PageId is (arena << 24 | page).
+  struct Arena {
+    size_t page_bytes = 0, page_floats = 0;
+    float* memory = nullptr;
+    uint32_t capacity = 0, n_pages = 0;
+    std::vector<uint32_t> free;
+  };
+  /// Device memory the backend keeps between calls (staged metadata, split-K partials), grown on demand.
+  struct Scratch {
+    std::byte* memory = nullptr;
+    size_t bytes = 0;
+  };
+  static constexpr int kIndexBits = 24;
+  static constexpr uint32_t kIndexMask = (uint32_t(1) << kIndexBits) - 1, kPagesPerArena = kIndexMask + 1;
+  static constexpr size_t kMaxArenas = 256;
+
+  /// Per-call metadata (ids, positions, page lists, segments, RoPE factors) gathered in host memory, then
+  /// copied to device memory in one upload; arrays are 16-byte aligned.
+  class Staging {
+   public:
+    explicit Staging(CoreBackend& be) : be_(be) {}
+    template <class T>
+    size_t add(std::span<const T> values) {
+      const size_t at = (host_.size() + 15) / 16 * 16;
+      host_.resize(at + std::max<size_t>(values.size_bytes(), 1));
+      if (!values.empty()) std::memcpy(host_.data() + at, values.data(), values.size_bytes());
+      return at;
+    }
+    void commit() {
+      be_.reserve(be_.staging_, host_.size());
+      be_.dev_->upload(be_.staging_.memory, host_.data(), host_.size());
+    }
+    template <class T>
+    cu::Ptr<const T> get(size_t at, size_t n) const {
+      return cu::make_ptr(reinterpret_cast<const T*>(be_.staging_.memory + at), n);
+    }
+
+   private:
+    CoreBackend& be_;
+    std::vector<std::byte> host_;
+  };
+
+  static kernels::WeightFormat weight_format(DType t) {
+    switch (t) {
+      case DType::F32: return kernels::WeightFormat::F32;
+      case DType::F16: return kernels::WeightFormat::F16;
+      case DType::BF16: return kernels::WeightFormat::BF16;
+      case DType::Q8_0: return kernels::WeightFormat::Q8_0;
+      case DType::Q4_0: return kernels::WeightFormat::Q4_0;
+      case DType::Q4_1: return kernels::WeightFormat::Q4_1;
+      default:
+        throw_input_error("the CUDA backend has no kernels for " + std::string(choreo::kernels::type_traits(t).name) +
+                              " weights",
+                          "use a model in F32, F16, BF16, Q8_0, Q4_0 or Q4_1");
+    }
+  }
+  static size_t weight_bytes(const Weight& w) {
+    return w.n_out == 0 ? 0 : size_t(w.n_out - 1) * w.row_stride + choreo::kernels::row_bytes(w.type, w.n_in);
+  }
+  /// The kernels' view of an uploaded weight: its arguments and its device rows.
+  struct WeightView {
+    kernels::WeightArgs args;
+    cu::Ptr<const float> f32;
+    cu::Ptr<const uint8_t> bytes;
+  };
+  WeightView view(const Weight& w) const {
+    if (!w.packed) throw std::logic_error("a weight the CUDA backend has not uploaded (Backend::upload_weight)");
+    WeightView v;
+    v.args = {weight_format(w.type), int(w.n_out), int(w.n_in), w.row_stride};
+    const size_t extent = weight_bytes(w);
+    if (w.type == DType::F32)
+      v.f32 = dev_->global(static_cast<const float*>(w.packed.get()), extent / sizeof(float), "weight");
+    else
+      v.bytes = dev_->global(static_cast<const uint8_t*>(w.packed.get()), extent, "weight");
+    return v;
+  }
+
+  static std::optional<kernels::KvType> kv_type(DType t) {
+    if (t == DType::F32) return kernels::KvType::F32;
+    if (t == DType::F16) return kernels::KvType::F16;
+    if (t == DType::Q8_0) return kernels::KvType::Q8_0;
+    return std::nullopt;
+  }
+  static void require_types(const KvLayout& kv) {
+    if (!kv_type(kv.k_type) || !kv_type(kv.v_type))
+      throw_input_error("the CUDA kernels store KV pages in f32, f16 or q8_0 only",
+                        "use --cache-type-k / --cache-type-v f32, f16 or q8_0");
+  }
+  static kernels::AttnCache cache_args(const KvLayout& kv, int layer) {
+    return {kv.n_layers, kv.n_kv_heads, kv.head_dim, kv.page_tokens, layer, *kv_type(kv.k_type), *kv_type(kv.v_type)};
+  }
+  static kernels::RopeArgs rope_args(const choreo::kernels::RopeParams& p) {
+    return {p.n_dims, p.freq_base, p.layout == choreo::kernels::RopeParams::Layout::Interleaved ? 1 : 0, p.freq_factors ? 1 : 0};
+  }
+  static std::optional<size_t> stage_factors(Staging& st, const choreo::kernels::RopeParams& p) {
+    if (!p.freq_factors) return std::nullopt;
+    return st.add(std::span<const float>(p.freq_factors, size_t(p.n_dims / 2)));
+  }
+  static cu::Ptr<const float> factors(const Staging& st, const choreo::kernels::RopeParams& p, std::optional<size_t> at) {
+    return at ? st.template get<float>(*at, size_t(p.n_dims / 2)) : cu::Ptr<const float>();
+  }
+
+  /// A caller's array of n elements, which must be this backend's memory.
+  template <class T>
+  cu::Ptr<T> arg(T* p, size_t n) const {
+    return dev_->global(p, n, "kernel argument");
+  }
+  template <class T>
+  T* checked(T* p, size_t bytes, const char* what) const {
+    if (bytes > 0) dev_->global(p, bytes, what);
+    return p;
+  }
+  /// At least `bytes` bytes of scratch; the contents are not kept.
+  void reserve(Scratch& s, size_t bytes) {
+    if (s.bytes >= bytes) return;
+    const size_t grown = std::max({bytes, 2 * s.bytes, size_t(4096)});
+    dev_->synchronize();  // launches may still read the old memory
+    if (s.memory) dev_->release(s.memory);
+    s.memory = nullptr;
+    s.bytes = 0;
+    s.memory = static_cast<std::byte*>(dev_->alloc(grown));
+    s.bytes = grown;
+  }
+  static cu::Ptr<float> floats(const Scratch& s, size_t n) {
+    return cu::make_ptr(reinterpret_cast<float*>(s.memory), n);
+  }
+
+  /// Room for more pages: a new allocation twice the size, the pages copied, the old one released.
+  void grow(Arena& a) {
+    const uint32_t capacity = std::min<uint32_t>(kPagesPerArena, std::max<uint32_t>(16, 2 * a.capacity));
+    float* memory = static_cast<float*>(dev_->alloc(size_t(capacity) * a.page_floats * sizeof(float)));
+    if (a.memory) {
+      dev_->synchronize();  // tier copies may be in flight from or to the old memory
+      dev_->copy(memory, a.memory, size_t(a.n_pages) * a.page_floats * sizeof(float));
+      dev_->release(a.memory);
+    }
+    a.memory = memory;
+    a.capacity = capacity;
+  }
+  static cu::Ptr<float> pool(const Arena& a) { return cu::make_ptr(a.memory, size_t(a.n_pages) * a.page_floats); }
+  Arena& arena_of(PageId page) {
+    const size_t arena = page >> kIndexBits;
+    if (arena >= arenas_.size() || (page & kIndexMask) >= arenas_[arena].n_pages)
+      throw std::out_of_range("page " + std::to_string(page) + " was not allocated by this backend");
+    return arenas_[arena];
+  }
+  /// The arena of a KV page of this layout (all pages a kernel reads must share one, as they share a size).
+  Arena& arena_for(const KvLayout& kv, PageId page) {
+    Arena& a = arena_of(page);
+    if (a.page_bytes != kv.page_bytes())
+      throw std::logic_error("page " + std::to_string(page) + " holds " + std::to_string(a.page_bytes) +
+                             " bytes, the KV layout's pages " + std::to_string(kv.page_bytes()));
+    return a;
+  }
+  uint32_t page_in(Arena& a, PageId page) {
+    if (&arena_of(page) != &a) throw std::logic_error("attention: pages of different sizes in one call");
+    return page & kIndexMask;
+  }
+  std::byte* page_bytes(PageId page, ByteRange range) {
+    Arena& a = arena_of(page);
+    if (range.offset > a.page_bytes || range.bytes > a.page_bytes - range.offset)
+      throw std::out_of_range("bytes [" + std::to_string(range.offset) + ", " + std::to_string(range.offset + range.bytes) +
+                              ") are outside page " + std::to_string(page) + " of " + std::to_string(a.page_bytes) + " bytes");
+    return reinterpret_cast<std::byte*>(a.memory + size_t(page & kIndexMask) * a.page_floats) + range.offset;
+  }
+
+  std::shared_ptr<Device> dev_;
+  std::mutex mutex_;
+  int n_threads_ = 1;
+  std::vector<Arena> arenas_;
+  Scratch staging_, part_m_, part_l_, part_acc_;
+  float* dummy_ = nullptr;  // the KV pool argument of a launch with no pages
+};
+
+}  // namespace choreo::cuda

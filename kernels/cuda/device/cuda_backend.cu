@@ -1,0 +1,157 @@
+// The CUDA backend on a device (issue 14): kernels/cuda/backend_core.h with the CUDA runtime as its Device
+// layer. This file is all that differs from the emulated backend (kernels/cuda/emu/emulated_backend.cc), whose
+// host logic and kernels are the same source, run and checked on the CPU; this layer has never run on a GPU
+// (none was available: docs/cuda.md).
+//
+// - Memory: cudaMalloc / cudaFree; an allocation the device has no room for is an InputError naming what did
+//   not fit, the device's free memory and the budgets to lower.
+// - Streams: every launch, copy and memset of an operation goes to one compute stream; upload and download
+//   wait for it (Backend: "done when they return"). Tier copies (copy_to_host / copy_from_host) go to a
+//   second stream, after an event recorded on the compute stream (a page is copied only after the kernels
+//   that wrote it), and complete through a host callback on that stream, so compute never waits for them.
+// - Errors: every runtime call is checked; after every launch cudaGetLastError names the kernel (run with
+//   CUDA_LAUNCH_BLOCKING=1 to attribute an asynchronous fault to its launch).
+// Not done yet: pinned host memory for T1 (tier copies come from pageable memory, which the driver copies
+// synchronously), cuBLAS in the matrix products (kernels/cuda/blas.h; docs/cuda.md says why not yet).
+
+#include <cuda_runtime.h>
+
+#include <future>
+#include <memory>
+#include <string>
+
+#include "kernels/cuda/backend_core.h"
+#include "kernels/cuda/backend_errors.h"
+#include "kernels/cuda/device/cuda_backend.h"
+
+namespace choreo::cuda {
+
+namespace {
+
+std::string mib(size_t bytes) { return std::to_string((bytes + (size_t(1) << 20) - 1) >> 20) + " MiB"; }
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw_runtime_failure(std::string("CUDA: ") + what + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+class CudaDevice {
+ public:
+  explicit CudaDevice(int device) : device_(device) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    check(cudaStreamCreateWithFlags(&copies_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    check(cudaEventCreateWithFlags(&computed_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  }
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+  ~CudaDevice() {
+    cudaDeviceSynchronize();
+    cudaEventDestroy(computed_);
+    cudaStreamDestroy(copies_);
+    cudaStreamDestroy(compute_);
+  }
+
+  std::string name() const { return "cuda"; }
+
+  void* alloc(size_t bytes) {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // not sticky: clear it
+      size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      throw_input_error("CUDA device " + std::to_string(device_) + " has no room for " + mib(bytes) + " (" + mib(free) +
+                            " free of " + mib(total) + ")",
+                        "the model's weights and the KV budget must fit in device memory: lower --cache-mib (T0, "
+                        "the device tier), run fewer calls at once, or use a smaller model");
+    }
+    check(e, "cudaMalloc");
+    return p;
+  }
+  void release(void* p) { cudaFree(p); }  // from destructors: an error here has nothing to stop
+  void upload(void* dst, const void* host, size_t bytes) {
+    check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, compute_), "cudaMemcpyAsync (upload)");
+    check(cudaStreamSynchronize(compute_), "cudaStreamSynchronize (upload)");
+  }
+  void download(void* host, const void* src, size_t bytes) {
+    check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, compute_), "cudaMemcpyAsync (download)");
+    check(cudaStreamSynchronize(compute_), "cudaStreamSynchronize (download)");
+  }
+  void copy(void* dst, const void* src, size_t bytes) {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_), "cudaMemcpyAsync (copy)");
+  }
+  void zero(void* dst, size_t bytes) { check(cudaMemsetAsync(dst, 0, bytes, compute_), "cudaMemsetAsync"); }
+
+  template <class T>
+  cu::Ptr<T> global(T* p, size_t n, const char*) const {
+    return cu::make_ptr(p, n);
+  }
+  cu::Stream stream() const { return compute_; }
+  void launched(const char* kernel) { check(cudaGetLastError(), kernel); }
+  void synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
+  choreo::kernels::Completion to_host_async(void* host, const void* src, size_t bytes) {
+    after_compute();
+    check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, copies_), "cudaMemcpyAsync (to host)");
+    return completion();
+  }
+  choreo::kernels::Completion from_host_async(void* dst, const void* host, size_t bytes) {
+    after_compute();  // the page's zeroing at allocation, on the compute stream, comes first
+    check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, copies_), "cudaMemcpyAsync (from host)");
+    return completion();
+  }
+
+ private:
+  /// The copy stream waits for the work issued to the compute stream so far (not for later work).
+  void after_compute() {
+    check(cudaEventRecord(computed_, compute_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(copies_, computed_, 0), "cudaStreamWaitEvent");
+  }
+  /// Done when the copy stream reaches this point: a host callback fulfils the promise.
+  choreo::kernels::Completion completion() {
+    auto promise = std::make_unique<std::promise<void>>();
+    std::shared_future<void> done = promise->get_future().share();
+    check(cudaLaunchHostFunc(
+              copies_,
+              [](void* p) {
+                std::unique_ptr<std::promise<void>> owned(static_cast<std::promise<void>*>(p));
+                owned->set_value();
+              },
+              promise.get()),
+          "cudaLaunchHostFunc");
+    promise.release();
+    return choreo::kernels::Completion(std::move(done));
+  }
+
+  int device_ = 0;
+  cudaStream_t compute_ = nullptr, copies_ = nullptr;
+  cudaEvent_t computed_ = nullptr;
+};
+
+}  // namespace
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<choreo::kernels::Backend> make_device_backend(int device) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    throw_input_error(std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none"),
+                      "run on a machine with an NVIDIA GPU and its driver, or use --backend cpu");
+  }
+  if (device < 0 || device >= n)
+    throw_input_error("CUDA device " + std::to_string(device) + " does not exist (the driver reports " + std::to_string(n) + ")",
+                      "pick a device from 0 to " + std::to_string(n - 1));
+  return std::make_unique<CoreBackend<CudaDevice>>(std::make_shared<CudaDevice>(device));
+}
+
+}  // namespace choreo::cuda

@@ -1,0 +1,17 @@
+#pragma once
+// The CUDA backend on a device (kernels/cuda/device/cuda_backend.cu, built by nvcc when CMake finds it; see
+// kernels::make_backend). No CUDA header needed to call it.
+
+#include <memory>
+
+#include "kernels/backend.h"
+
+namespace choreo::cuda {
+
+/// kernels/cuda/backend_core.h on CUDA device `device`. An InputError when the driver reports no device (the
+/// message gives the driver's reason) or `device` is not one of them.
+std::unique_ptr<choreo::kernels::Backend> make_device_backend(int device);
+/// The devices the CUDA driver reports: 0 without a driver or a GPU.
+int device_count();
+
+}  // namespace choreo::cuda

@@ -1,0 +1,70 @@
+// `--backend`: the same command on the CPU backend and on the CUDA backend run by the block emulator
+// (kernels/cuda/backend_core.h with the emulated device) prints the same greedy text; `--backend cuda` on a
+// machine without a GPU (or a build without nvcc) is a clear error with exit 2, as is an unknown name.
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/backend.h"
+#include "tests/cli_process.h"
+#include "tests/scratch_dir.h"
+#include "tests/test_paths.h"
+
+namespace choreo {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST_CASE("backend choice: the emulated CUDA backend prints the CPU backend's greedy continuation") {
+  const std::string binary = testing::choreo_binary();
+  REQUIRE_MESSAGE(fs::exists(binary), "no choreo binary at ", binary, " (build it, or set CHOREO_BIN)");
+  testing::ScratchDir scratch;
+  const std::string model = testing::shared_file("models/stories260K.gguf");
+  std::vector<std::string> outputs;
+  for (const char* backend : {"cpu", "cuda-emulated"}) {
+    CAPTURE(backend);
+    const testing::ProcessResult r = testing::run_process(
+        binary, {"generate", "-m", model, "-p", "Once upon a time", "-n", "24", "--temp", "0", "--backend", backend},
+        scratch.path);
+    CAPTURE(r.err);
+    REQUIRE(r.exited);
+    CHECK(r.exit_code == 0);
+    outputs.push_back(r.out);
+  }
+  // shared/README.md's known greedy continuation, and the same bytes from both backends.
+  CHECK(outputs[0].find(", there was a little girl named Lily.") != std::string::npos);
+  CHECK(outputs[1] == outputs[0]);
+}
+
+TEST_CASE("backend choice: no GPU, no CUDA build or an unknown name are errors with exit 2") {
+  const std::string binary = testing::choreo_binary();
+  testing::ScratchDir scratch;
+  const std::string model = testing::shared_file("models/stories260K.gguf");
+  std::vector<std::pair<std::vector<std::string>, std::string>> calls = {
+      {{"generate", "-m", model, "-p", "hi", "--backend", "tpu"}, "--backend"},
+      {{"generate", "-m", model, "-p", "hi", "--backend", "cuda", "--cuda-device", "-1"}, "--cuda-device"},
+  };
+  if (kernels::cuda_device_count() == 0)
+    calls.push_back({{"generate", "-m", model, "-p", "hi", "--backend", "cuda"},
+                     kernels::built_with_cuda() ? "no CUDA device" : "built without the CUDA backend"});
+  for (const auto& [args, expected] : calls) {
+    CAPTURE(args.back());
+    const testing::ProcessResult r = testing::run_process(binary, args, scratch.path);
+    CAPTURE(r.err);
+    CHECK(r.exited);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(expected) != std::string::npos);
+    CHECK(r.out.empty());
+  }
+  // The library says the same.
+  CHECK_THROWS_AS(kernels::make_backend("tpu", 1), InputError);
+  if (kernels::cuda_device_count() == 0) CHECK_THROWS_AS(kernels::make_backend("cuda", 1), InputError);
+  CHECK(kernels::make_backend("cuda-emulated", 1)->name() == "cuda-emulated");
+}
+
+}  // namespace
+}  // namespace choreo
