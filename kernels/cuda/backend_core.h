@@ -42,6 +42,7 @@
 #include "kernels/cuda/backend_errors.h"
 #include "kernels/cuda/kernel_args.h"
 #include "kernels/cuda/kernels/attention.cuh"
+#include "kernels/cuda/kernels/attention_tiled.cuh"
 #include "kernels/cuda/kernels/elementwise.cuh"
 #include "kernels/cuda/kernels/linear.cuh"
 #include "kernels/cuda/portable.h"
@@ -284,20 +285,40 @@ class CoreBackend final : public choreo::kernels::Backend {
                  at_segments = st.add(std::span<const kernels::AttnSegment>(segments)),
                  at_groups = st.add(std::span<const kernels::AttnGroup>(kgroups)),
                  at_group_of = st.add(std::span<const int32_t>(group_of_query));
+    // Prefill (a group of several rows) takes the tiled kernel: key and value tiles shared by the rows of a
+    // block, each row's partials attention_partials' to the bit (attention_tiled.cuh), so choosing it changes
+    // no result. Above 48 KiB of shared memory (head_dim > 168) a device launch would need an opt-in: not taken.
+    const bool tiled = kernels::tiled_shared_bytes(kv.head_dim) <= 48 * 1024 &&
+                       std::any_of(kgroups.begin(), kgroups.end(), [](const kernels::AttnGroup& g) { return g.q_end - g.q_begin > 1; });
+    const std::vector<kernels::AttnTiledBlock> blocks =
+        tiled ? kernels::tiled_blocks(kgroups.data(), int(kgroups.size())) : std::vector<kernels::AttnTiledBlock>();
+    const size_t at_blocks = st.add(std::span<const kernels::AttnTiledBlock>(blocks));
     const std::optional<size_t> at_factors = stage_factors(st, rope);
     st.commit();
     const kernels::AttnCache cache = cache_args(kv, layer);
     const cu::Ptr<float> m = floats(part_m_, parts), l = floats(part_l_, parts),
                          acc = floats(part_acc_, parts * size_t(kv.head_dim));
-    cu::launch("attention_partials", kernels::attention_partials, Dim3(unsigned(n_q), unsigned(n_heads), unsigned(n_splits)),
-               Dim3(32), 0, dev_->stream(), arg(q, size_t(n_q) * width), n_heads,
-               arena ? pool(*arena) : cu::make_ptr(static_cast<float*>(dummy_), 16), cache,
-               st.template get<int32_t>(at_pages, page_list.size()),
-               st.template get<kernels::AttnSegment>(at_segments, segments.size()),
-               st.template get<kernels::AttnGroup>(at_groups, kgroups.size()),
-               st.template get<int32_t>(at_group_of, group_of_query.size()), rope_args(rope),
-               factors(st, rope, at_factors), scale, kAttentionSplitTokens, n_splits, m, l, acc);
-    dev_->launched("attention_partials");
+    const cu::Ptr<float> kv_pool = arena ? pool(*arena) : cu::make_ptr(static_cast<float*>(dummy_), 16);
+    if (tiled) {
+      cu::launch("attention_partials_tiled", kernels::attention_partials_tiled,
+                 Dim3(unsigned(blocks.size()), unsigned(n_heads), unsigned(n_splits)), Dim3(kernels::kTiledThreads),
+                 kernels::tiled_shared_bytes(kv.head_dim), dev_->stream(), arg(q, size_t(n_q) * width), n_heads, kv_pool,
+                 cache, st.template get<int32_t>(at_pages, page_list.size()),
+                 st.template get<kernels::AttnSegment>(at_segments, segments.size()),
+                 st.template get<kernels::AttnGroup>(at_groups, kgroups.size()),
+                 st.template get<kernels::AttnTiledBlock>(at_blocks, blocks.size()), rope_args(rope),
+                 factors(st, rope, at_factors), scale, kAttentionSplitTokens, n_splits, m, l, acc);
+      dev_->launched("attention_partials_tiled");
+    } else {
+      cu::launch("attention_partials", kernels::attention_partials, Dim3(unsigned(n_q), unsigned(n_heads), unsigned(n_splits)),
+                 Dim3(32), 0, dev_->stream(), arg(q, size_t(n_q) * width), n_heads, kv_pool, cache,
+                 st.template get<int32_t>(at_pages, page_list.size()),
+                 st.template get<kernels::AttnSegment>(at_segments, segments.size()),
+                 st.template get<kernels::AttnGroup>(at_groups, kgroups.size()),
+                 st.template get<int32_t>(at_group_of, group_of_query.size()), rope_args(rope),
+                 factors(st, rope, at_factors), scale, kAttentionSplitTokens, n_splits, m, l, acc);
+      dev_->launched("attention_partials");
+    }
     cu::launch("attention_combine", kernels::attention_combine, Dim3(unsigned(n_q), unsigned(n_heads)), Dim3(32), 0,
                dev_->stream(), n_heads, kv.head_dim, n_splits, cu::Ptr<const float>(m), cu::Ptr<const float>(l),
                cu::Ptr<const float>(acc), arg(out, size_t(n_q) * width));

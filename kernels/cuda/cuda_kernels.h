@@ -14,6 +14,10 @@
 
 namespace choreo::cuda {
 
+namespace kernels {
+struct AttnTiledBlock;  // kernels/cuda/kernels/attention_tiled.cuh
+}
+
 void launch_rmsnorm(const float* x, const float* w, int rows, int dim, float eps, float* out, cudaStream_t stream);
 void launch_swiglu(const float* gate, const float* up, size_t n, float* out, cudaStream_t stream);
 void launch_rope(float* x, int rows, int n_heads, int head_dim, const int32_t* pos, int shift, int sign,
@@ -48,6 +52,11 @@ struct AttentionLaunch {
   float* out = nullptr;
 };
 void launch_attention(const AttentionLaunch& a, cudaStream_t stream);
+/// The same with the tiled prefill partials (kernels/cuda/kernels/attention_tiled.cuh): one block per
+/// kernels::kTiledRows rows of a group; `blocks` (device memory) holds kernels::tiled_blocks of a.groups, n_blocks
+/// of them. a.group_of_query is not read. The same bits as launch_attention.
+void launch_attention_tiled(const AttentionLaunch& a, const kernels::AttnTiledBlock* blocks, int n_blocks,
+                            cudaStream_t stream);
 /// Writes n tokens' keys and values of cache.layer into the f32 pool at (pages[t], slots[t]).
 void launch_store_kv(float* pool, const kernels::AttnCache& cache, const int32_t* pages, const int32_t* slots,
                      int n, const float* k, const float* v, cudaStream_t stream);
