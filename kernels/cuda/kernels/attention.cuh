@@ -96,6 +96,23 @@ CHOREO_DEVICE inline float value_element(const AttnCache& c, cu::Ptr<const float
   return row_element(c.v_type, bytes, value_row(c, page, slot), kv_head * c.head_dim + d);
 }
 
+/// One 32-key tile of a warp's online softmax: lane t holds key t's score (`valid` false past the window).
+/// Raises the running max m to the tile's, rescales the sum l and this lane's accumulators acc[0, per_lane) to
+/// it, adds the tile's weights to l, and returns this lane's weight exp(score - m). attention_partials and
+/// attention_partials_tiled share it, so both perform the same operations in the same order (their bits agree).
+CHOREO_DEVICE inline float online_softmax_tile(float score, bool valid, float& m, float& l, float* acc, int per_lane) {
+  const float neg_inf = -cu::bits_to_float(0x7f800000u);
+  const float tile_max = cu::warp_max(score);
+  const float m_new = tile_max > m ? tile_max : m;
+  const float rescale = m == neg_inf ? 0.0f : expf(m - m_new);
+  const float p = valid ? expf(score - m_new) : 0.0f;
+  const float p_sum = cu::warp_sum(p);
+  l = l * rescale + p_sum;
+  for (int k = 0; k < per_lane; ++k) acc[k] *= rescale;
+  m = m_new;
+  return p;
+}
+
 CHOREO_GLOBAL void attention_partials(cu::Ptr<const float> q, int n_heads, cu::Ptr<const float> pool, AttnCache cache,
                                       cu::Ptr<const int32_t> page_list, cu::Ptr<const AttnSegment> segments,
                                       cu::Ptr<const AttnGroup> groups, cu::Ptr<const int32_t> group_of_query,
@@ -149,13 +166,7 @@ CHOREO_GLOBAL void attention_partials(cu::Ptr<const float> q, int n_heads, cu::P
           dot += q_rot[d] * key_element(cache, pool, pool_bytes, page_floats, page, kv_head, d, slot);
         score = dot * scale;
       }
-      const float tile_max = cu::warp_max(score);
-      const float m_new = tile_max > m ? tile_max : m;
-      const float rescale = m == neg_inf ? 0.0f : expf(m - m_new);
-      const float p = key < hi ? expf(score - m_new) : 0.0f;
-      const float p_sum = cu::warp_sum(p);
-      l = l * rescale + p_sum;
-      for (int k = 0; k < per_lane; ++k) acc[k] *= rescale;
+      const float p = online_softmax_tile(score, key < hi, m, l, acc, per_lane);
       const int count = hi - tile < 32 ? hi - tile : 32;
       const cu::WarpValues<float> p_of = cu::warp_values(p);
       const cu::WarpValues<int> page_of = cu::warp_values(page), slot_of = cu::warp_values(slot);
@@ -166,7 +177,6 @@ CHOREO_GLOBAL void attention_partials(cu::Ptr<const float> q, int n_heads, cu::P
         for (int k = 0; k < per_lane && lane + 32 * k < hd; ++k)
           acc[k] += pt * value_element(cache, pool, pool_bytes, page_floats, page_t, kv_head, lane + 32 * k, slot_t);
       }
-      m = m_new;
     }
   }
   const size_t at = (size_t(row) * size_t(n_heads) + size_t(h)) * size_t(n_splits) + size_t(split);

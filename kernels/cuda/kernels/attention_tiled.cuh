@@ -162,13 +162,7 @@ CHOREO_GLOBAL void attention_partials_tiled(cu::Ptr<const float> q, int n_heads,
             dot += shared[q_at + d] * key_element(cache, pool, pool_bytes, page_floats, page, kv_head, d, slot);
           score = dot * scale;
         }
-        const float tile_max = cu::warp_max(score);
-        const float m_new = tile_max > m ? tile_max : m;
-        const float rescale = m == neg_inf ? 0.0f : expf(m - m_new);
-        const float p = key < hi ? expf(score - m_new) : 0.0f;
-        const float p_sum = cu::warp_sum(p);
-        l = l * rescale + p_sum;
-        for (int k = 0; k < per_lane; ++k) acc[k] *= rescale;
+        const float p = online_softmax_tile(score, key < hi, m, l, acc, per_lane);
         const int count = hi - tile < 32 ? hi - tile : 32;
         const cu::WarpValues<float> p_of = cu::warp_values(p);
         const cu::WarpValues<int> page_of = cu::warp_values(page), slot_of = cu::warp_values(slot);
@@ -179,7 +173,6 @@ CHOREO_GLOBAL void attention_partials_tiled(cu::Ptr<const float> q, int n_heads,
           for (int k = 0; k < per_lane && lane + 32 * k < hd; ++k)
             acc[k] += pt * value_element(cache, pool, pool_bytes, page_floats, page_t, kv_head, lane + 32 * k, slot_t);
         }
-        m = m_new;
       }
       continue;
     }
@@ -209,13 +202,7 @@ CHOREO_GLOBAL void attention_partials_tiled(cu::Ptr<const float> q, int n_heads,
           for (int d = 0; d < hd; ++d) dot += shared[q_at + d] * shared[keys_at + d * kTiledKeyStride + lane];
           score = dot * scale;
         }
-        const float tile_max = cu::warp_max(score);
-        const float m_new = tile_max > m ? tile_max : m;
-        const float rescale = m == neg_inf ? 0.0f : expf(m - m_new);
-        const float p = key < hi ? expf(score - m_new) : 0.0f;
-        const float p_sum = cu::warp_sum(p);
-        l = l * rescale + p_sum;
-        for (int k = 0; k < per_lane; ++k) acc[k] *= rescale;
+        const float p = online_softmax_tile(score, key < hi, m, l, acc, per_lane);
         const int count = hi - tile < 32 ? hi - tile : 32;
         const cu::WarpValues<float> p_of = cu::warp_values(p);
         for (int t = 0; t < 32; ++t) {
@@ -224,7 +211,6 @@ CHOREO_GLOBAL void attention_partials_tiled(cu::Ptr<const float> q, int n_heads,
           for (int k = 0; k < per_lane && lane + 32 * k < hd; ++k)
             acc[k] += pt * shared[values_at + t * hd + lane + 32 * k];
         }
-        m = m_new;
       }
       cu::sync_threads();  // every warp is done with this tile before the next one overwrites it
     }
