@@ -42,6 +42,7 @@ struct TracesOptions {
 
 struct TrainOptions {
   std::string workflow_path, traces_path, val_traces_path, out_path, model_path, targets = "q,k,v,o,gate,up,down";
+  std::string layers;  // FIRST-LAST: the adapted layers (empty: all)
   bool val_given = false;  // --val on the command line
   int rank = 8;
   float alpha = 16.0f;
@@ -141,6 +142,8 @@ void run_train(const TrainOptions& o) {
   if (!loaded.lora.empty())
     throw InputError("choreo finetune train starts from the base model", "leave out --lora and --lora-scaled");
   const model::Model& base = *loaded.model;
+  const auto [first_layer, end_layer] =
+      o.layers.empty() ? std::pair<int, int>{0, base.config().n_layers} : parse_layer_range(o.layers, "--layers", base.config().n_layers);
   const std::vector<train::Trace> traces = train::read_traces(o.traces_path, base.config().n_vocab);
   const std::vector<train::Trace> val_traces =
       o.val_traces_path.empty() ? std::vector<train::Trace>{} : train::read_traces(o.val_traces_path, base.config().n_vocab);
@@ -157,7 +160,7 @@ void run_train(const TrainOptions& o) {
     const uint64_t both[2] = {traces_hash, file_xxh3(o.val_traces_path)};
     traces_hash = XXH3_64bits(both, sizeof both);
   }
-  const train::CheckpointKey key{o.rank, o.alpha, o.targets, o.seed, traces_hash, base.fingerprint()};
+  const train::CheckpointKey key{o.rank, o.alpha, o.targets, o.seed, traces_hash, base.fingerprint(), o.layers};
 
   // The choreographed run of every trace, teacher-forced: its messages (structure only; the numbers are
   // computed by the training graph).
@@ -200,7 +203,7 @@ void run_train(const TrainOptions& o) {
   }
 
   const train::FrozenModel frozen = train::FrozenModel::dequantise(base);
-  train::LoraParams<float> lora = train::LoraParams<float>::init(frozen, targets, o.rank, o.alpha, o.seed);
+  train::LoraParams<float> lora = train::LoraParams<float>::init(frozen, targets, o.rank, o.alpha, o.seed, first_layer, end_layer);
   train::TrainState state;
   if (o.resume) {
     train::read_checkpoint(ckpt, key, lora, state);
@@ -254,8 +257,9 @@ void run_train(const TrainOptions& o) {
   if (state.epochs_done >= o.epochs && !std::filesystem::exists(o.out_path)) train::write_adapter(base, lora, o.out_path);
   const double train_s = (steady_ms() - start) / 1000.0;
   const double after_val = train::mean_loss(frozen, lora, val_set);
-  std::printf("finetune: wrote %s (rank %d, alpha %g, %s); validation loss %.4f/token before, %.4f after\n",
-              o.out_path.c_str(), o.rank, o.alpha, o.targets.c_str(), before_val, after_val);
+  std::printf("finetune: wrote %s (rank %d, alpha %g, %s%s); validation loss %.4f/token before, %.4f after\n",
+              o.out_path.c_str(), o.rank, o.alpha, o.targets.c_str(),
+              o.layers.empty() ? "" : fmt::format(", layers {}", o.layers).c_str(), before_val, after_val);
   if (!val_set.empty())
     std::printf("finetune: held-out log-loss gap to the baseline (prefix mode, %.4f/token): %+.4f before, %+.4f after\n",
                 baseline_val, before_val - baseline_val, after_val - baseline_val);
@@ -293,6 +297,8 @@ void add_train(CLI::App& group) {
   cmd->add_option("--rank", o->rank, "LoRA rank (default 8)");
   cmd->add_option("--alpha", o->alpha, "LoRA alpha: the product is scaled by alpha / rank (default 16)");
   cmd->add_option("--targets", o->targets, "adapted projections, a subset of q,k,v,o,gate,up,down (default all)");
+  cmd->add_option("--layers", o->layers,
+                  "adapted layers, FIRST-LAST (both included) or one layer (default all), as PEFT's layers_to_transform");
   cmd->add_option("--epochs", o->epochs, "passes over the training traces (default 2)")->check(CLI::Range(0, 1000000));
   cmd->add_option("--lr", o->lr, "AdamW learning rate (default 1e-4)");
   cmd->add_option("--val", o->val, "fraction of the traces held out for the validation loss (default 0.1)")

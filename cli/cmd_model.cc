@@ -1,6 +1,6 @@
 // `choreo model info` and `choreo model synth`.
 
-#include <charconv>
+#include <tuple>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -68,20 +68,7 @@ struct SynthLoraOptions {
 };
 
 void run_synth_lora(SynthLoraOptions o) {
-  if (!o.layers.empty()) {
-    // FIRST-LAST (inclusive) or one layer.
-    const size_t dash = o.layers.find('-');
-    const auto number = [&](std::string_view text) {
-      int v = -1;
-      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-      if (ec != std::errc() || end != text.data() + text.size() || v < 0)
-        throw InputError(fmt::format("--layers '{}' is not FIRST-LAST or one layer", o.layers), "e.g. --layers 10-14");
-      return v;
-    };
-    const std::string_view all = o.layers;
-    o.spec.first_layer = number(all.substr(0, dash));
-    o.spec.end_layer = (dash == std::string::npos ? o.spec.first_layer : number(all.substr(dash + 1))) + 1;
-  }
+  if (!o.layers.empty()) std::tie(o.spec.first_layer, o.spec.end_layer) = parse_layer_range(o.layers, "--layers");
   o.spec.targets = model::parse_lora_targets(o.targets);
   LoadedModel lm = load_model(o.model_path, 1);
   model::write_synthetic_lora(*lm.model, o.spec, o.out);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -59,6 +60,10 @@ void add_pairs_option(CLI::App& cmd, const std::string& name, std::vector<std::s
 /// A check that an integer option is at least `min`, with a short message (CLI11's NonNegativeNumber and
 /// PositiveNumber print the whole range of a double).
 CLI::Validator at_least(long min);
+
+/// `--layers FIRST-LAST` (inclusive) or `--layers N` as the half-open range [first, last + 1) (InputError
+/// otherwise, naming `flag`); `n_layers` > 0 also refuses layers the model does not have.
+std::pair<int, int> parse_layer_range(const std::string& text, std::string_view flag, int n_layers = 0);
 
 /// The shape of an engine's KV pages: `--page-tokens` (tokens per page, 1 to kernels::kMaxPageTokens) and the
 /// cache types `--cache-type-k` / `--cache-type-v` (llama.cpp's -ctk/-ctv: f32, f16 or q8_0).

@@ -30,6 +30,7 @@ void write_checkpoint(const std::string& path, const CheckpointKey& key, const L
   w.set_i32("finetune.rank", key.rank);
   w.set_f32("finetune.alpha", key.alpha);
   w.set_string("finetune.targets", key.targets);
+  w.set_string("finetune.layers", key.layers);
   w.set_string("finetune.seed", hex(key.seed));
   w.set_string("finetune.traces_xxh3", hex(key.traces_xxh3));
   w.set_string("finetune.model_fingerprint", hex(key.model_fingerprint));
@@ -53,8 +54,8 @@ void read_checkpoint(const std::string& path, const CheckpointKey& key, LoraPara
   if (f.get_string("general.type", "") != "choreo.finetune.checkpoint")
     throw InputError(fmt::format("{}: not a choreo finetune checkpoint", path));
   if (f.get_int("finetune.rank", -1) != key.rank || float(f.get_float("finetune.alpha", -1)) != key.alpha ||
-      f.get_string("finetune.targets", "") != key.targets)
-    throw mismatch("with another --rank, --alpha or --targets");
+      f.get_string("finetune.targets", "") != key.targets || f.get_string("finetune.layers", "") != key.layers)
+    throw mismatch("with another --rank, --alpha, --targets or --layers");
   if (f.get_string("finetune.seed", "") != hex(key.seed)) throw mismatch("with another --seed");
   if (f.get_string("finetune.traces_xxh3", "") != hex(key.traces_xxh3)) throw mismatch("for another traces file");
   if (f.get_string("finetune.model_fingerprint", "") != hex(key.model_fingerprint))

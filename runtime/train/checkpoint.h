@@ -18,6 +18,7 @@ struct CheckpointKey {
   uint64_t seed = 0;
   uint64_t traces_xxh3 = 0;  // the traces file's bytes
   uint64_t model_fingerprint = 0;
+  std::string layers;  // --layers as given (empty: all)
 };
 
 std::string checkpoint_path(const std::string& adapter_path);

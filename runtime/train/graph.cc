@@ -60,8 +60,12 @@ std::pair<int, int> FrozenModel::shape(model::LoraTarget t) const {
 
 template <class T>
 LoraParams<T> LoraParams<T>::init(const FrozenModel& m, const std::vector<model::LoraTarget>& targets, int rank,
-                                  float alpha, uint64_t seed) {
+                                  float alpha, uint64_t seed, int first_layer, int end_layer) {
   if (rank < 1) throw InputError(fmt::format("LoRA rank {} is not positive", rank), "give --rank 1 or more");
+  if (end_layer < 0) end_layer = m.config.n_layers;
+  if (first_layer < 0 || first_layer >= end_layer || end_layer > m.config.n_layers)
+    throw InputError(fmt::format("LoRA layers [{}, {}) are not within the model's {} layers", first_layer, end_layer,
+                                 m.config.n_layers));
   LoraParams p;
   p.rank = rank;
   p.alpha = alpha;
@@ -74,12 +78,20 @@ LoraParams<T> LoraParams<T>::init(const FrozenModel& m, const std::vector<model:
     for (T& a : out.a) a = T(u(rng));
     return out;
   };
-  for (int l = 0; l < m.config.n_layers; ++l)
+  for (int l = first_layer; l < end_layer; ++l)
     for (model::LoraTarget t : targets)
       if (t != model::LoraTarget::Output) p.layers[size_t(l)][size_t(t)] = pair(t);
   if (std::find(targets.begin(), targets.end(), model::LoraTarget::Output) != targets.end())
     p.output = pair(model::LoraTarget::Output);
   return p;
+}
+
+template <class T>
+int LoraParams<T>::lowest_layer() const {
+  for (size_t l = 0; l < layers.size(); ++l)
+    for (const std::optional<Pair>& p : layers[l])
+      if (p) return int(l);
+  return int(layers.size());
 }
 
 template <class T>
@@ -302,6 +314,7 @@ void Graph<T>::backward(LoraParams<T>& grads) {
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, rope};
   const size_t dim = size_t(c.dim), q_dim = size_t(c.n_heads) * c.head_dim, ffn = size_t(c.ffn_dim);
   if (acts_.size() != messages_.size()) throw std::logic_error("train::Graph::backward before forward");
+  const int lowest = lora_.lowest_layer();
   for (size_t i = messages_.size(); i-- > 0;) {
     const GraphMessage& m = messages_[i];
     const int n = int(m.tokens.size());
@@ -340,7 +353,8 @@ void Graph<T>::backward(LoraParams<T>& grads) {
       for (size_t r = 0; r < nt; ++r)
         for (size_t k = 0; k < dim; ++k) dx[size_t(rows[r]) * dim + k] += dxt[r * dim + k];
     }
-    for (int l = c.n_layers - 1; l >= 0; --l) {
+    // Layers below the lowest adapted one hold nothing to train: their gradients are not needed.
+    for (int l = c.n_layers - 1; l >= lowest; --l) {
       LayerActs& a = acts.layers[size_t(l)];
       const FrozenModel::Layer& L = model_.layers[size_t(l)];
       if (recompute_) {  // the layer's intermediates again, from its input (the same bits as the forward's)

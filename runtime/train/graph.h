@@ -59,10 +59,13 @@ struct LoraParams {
   std::optional<Pair> output;
 
   float scale() const { return rank > 0 ? alpha / float(rank) : 0.0f; }
-  /// Pairs for `targets` in every layer (Output: the output projection), A random (uniform in
-  /// [-1/sqrt(n_in), 1/sqrt(n_in)], seeded) and B zero, as LoRA starts; `zeros`: both zero.
+  /// Pairs for `targets` in layers [first_layer, end_layer) (end_layer -1: to the last; Output: the output
+  /// projection), A random (uniform in [-1/sqrt(n_in), 1/sqrt(n_in)], seeded) and B zero, as LoRA starts.
   static LoraParams init(const FrozenModel& m, const std::vector<model::LoraTarget>& targets, int rank,
-                         float alpha, uint64_t seed);
+                         float alpha, uint64_t seed, int first_layer = 0, int end_layer = -1);
+  /// The lowest layer with a pair (the layer count when only the output projection has one): back-propagation
+  /// stops there, since nothing below it is trained.
+  int lowest_layer() const;
   /// The same pairs with every value zero (gradient accumulators).
   LoraParams zeros_like() const;
   /// Every value of every pair, A then B, layer by layer (Output last): for optimisers and tests.

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "dsl/workflow_parser.h"
 #include "runtime/exec/interpreter.h"
 #include "runtime/kv/page_pool.h"
+#include "runtime/model/gguf.h"
 #include "runtime/model/sampler.h"
 #include "runtime/train/finetune.h"
 #include "runtime/train/graph.h"
@@ -232,6 +234,9 @@ TEST_CASE("finetune train: bad input is exit 2 before any training step, and wri
       {other, {}, "does not match the workflow"},
       {too_long, {}, "more than its max_tokens of 10"},
       {broken, {}, "broken.jsonl:2"},
+      {good, {"--layers", "3-1"}, "--layers '3-1' is not FIRST-LAST"},
+      {good, {"--layers", "x"}, "--layers 'x' is not FIRST-LAST"},
+      {good, {"--layers", "2-5"}, "the model has layers 0-4"},
   };
   for (const auto& c : cases) {
     const testing::ProcessResult r = train(c.traces, c.extra);
@@ -269,6 +274,19 @@ TEST_CASE("finetune train: a run stopped after an epoch and resumed writes the a
   const testing::ProcessResult none = train((toy.dir.path / "none.gguf").string(), "3", {"--resume"});
   CHECK(none.exit_code == 2);
   CHECK(none.err.find("no checkpoint") != std::string::npos);
+  // --layers: the adapter holds pairs of those layers only, and a checkpoint of all layers is not resumed with it.
+  const std::string some = (toy.dir.path / "some.gguf").string();
+  const testing::ProcessResult ranged = train(some, "1", {"--layers", "2-3"});
+  INFO(ranged.err);
+  REQUIRE(ranged.exit_code == 0);
+  CHECK(ranged.out.find("layers 2-3") != std::string::npos);
+  const gguf::File f = gguf::File::open(some);
+  std::set<std::string> blocks;
+  for (const gguf::TensorInfo& t : f.tensors()) blocks.insert(t.name.substr(0, t.name.find('.', 4)));
+  CHECK(blocks == std::set<std::string>{"blk.2", "blk.3"});
+  const testing::ProcessResult mixed = train(parts, "4", {"--resume", "--layers", "2-3"});
+  CHECK(mixed.exit_code == 2);
+  CHECK(mixed.err.find("--layers") != std::string::npos);
 }
 
 TEST_CASE("finetune train: activation recomputation writes the same adapter, and --val-traces validates on another file") {

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "common/error.h"
 #include "runtime/engine/engine.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/model/lora.h"
@@ -165,6 +166,49 @@ TEST_CASE("train graph: with activation recomputation the loss and every gradien
   CHECK(differ == 0);
   CHECK(nonzero > a.size() / 2);
   CHECK(train::Graph<float>::activation_bytes(m, 4, 100, true) * 4 < train::Graph<float>::activation_bytes(m, 4, 100, false));
+}
+
+TEST_CASE("train graph: pairs on a range of layers train what zero pairs elsewhere would leave them, and stop back-propagation there") {
+  const train::FrozenModel& m = frozen();
+  const std::vector<LoraTarget> targets = {LoraTarget::Q, LoraTarget::K, LoraTarget::V, LoraTarget::O,
+                                           LoraTarget::Gate, LoraTarget::Up, LoraTarget::Down};
+  const int n_layers = m.config.n_layers;
+  REQUIRE(n_layers >= 4);
+  train::LoraParams<float> ranged = train::LoraParams<float>::init(m, targets, 4, 8.0f, 41, 2, 4);
+  train::LoraParams<float> every = train::LoraParams<float>::init(m, targets, 4, 8.0f, 41);
+  CHECK(ranged.lowest_layer() == 2);
+  CHECK(every.lowest_layer() == 0);
+  for (int l = 0; l < n_layers; ++l)
+    for (const auto& p : ranged.layers[size_t(l)]) CHECK(bool(p) == (l == 2 || l == 3));
+  // The same values in layers 2 and 3; elsewhere `every` keeps B at zero, so its products add nothing.
+  std::mt19937_64 rng(42);
+  std::normal_distribution<float> d(0.0f, 0.05f);
+  for (int l = 2; l < 4; ++l)
+    for (size_t t = 0; t < targets.size(); ++t) {
+      auto& p = *ranged.layers[size_t(l)][t];
+      for (float& v : p.a) v = d(rng);
+      for (float& v : p.b) v = d(rng);
+      every.layers[size_t(l)][t] = p;
+    }
+  train::Graph<float> g_ranged(m, ranged), g_every(m, every);
+  build(g_ranged);
+  build(g_every);
+  CHECK(g_ranged.forward() == g_every.forward());
+  train::LoraParams<float> grad_ranged = ranged.zeros_like(), grad_every = every.zeros_like();
+  g_ranged.backward(grad_ranged);
+  g_every.backward(grad_every);
+  size_t compared = 0, differ = 0, nonzero = 0;
+  for (int l = 2; l < 4; ++l)
+    for (size_t t = 0; t < targets.size(); ++t) {
+      const auto &a = *grad_ranged.layers[size_t(l)][t], &b = *grad_every.layers[size_t(l)][t];
+      for (size_t i = 0; i < a.a.size(); ++i, ++compared) differ += a.a[i] != b.a[i], nonzero += a.a[i] != 0.0f;
+      for (size_t i = 0; i < a.b.size(); ++i, ++compared) differ += a.b[i] != b.b[i], nonzero += a.b[i] != 0.0f;
+    }
+  CHECK(differ == 0);
+  CHECK(nonzero > compared / 2);
+  // A range outside the model is refused.
+  CHECK_THROWS_AS(train::LoraParams<float>::init(m, targets, 4, 8.0f, 41, 3, n_layers + 1), InputError);
+  CHECK_THROWS_AS(train::LoraParams<float>::init(m, targets, 4, 8.0f, 41, 3, 3), InputError);
 }
 
 TEST_CASE("train graph: its loss is the engine's log-loss of the same teacher-forced calls, through an adapter written by write_adapter") {
