@@ -149,6 +149,12 @@ TEST_CASE("cuda backend (emulated): the product kernel is a float64 product with
     const std::vector<float> y3 = product(be, w, big.data(), 37);
     for (int at : {0, 20, 36})
       CHECK(std::memcmp(y3.data() + long(at) * n_out, y.data() + 3 * n_out, sizeof(float) * n_out) == 0);
+    // 150 rows (ten of the kernel's 16-row groups, the last one partial), row 3 at either end of several.
+    std::vector<float> many = random_values(150 * size_t(n_in), 7, 2.0f);
+    for (int at : {0, 63, 64, 127, 128, 149}) std::copy_n(x.begin() + 3 * n_in, n_in, many.begin() + long(at) * n_in);
+    const std::vector<float> y4 = product(be, w, many.data(), 150);
+    for (int at : {0, 63, 64, 127, 128, 149})
+      CHECK(std::memcmp(y4.data() + long(at) * n_out, y.data() + 3 * n_out, sizeof(float) * n_out) == 0);
     // Embedding rows: the stored rows, dequantised.
     const std::vector<int32_t> ids = {3, 36, 0, 3};
     const kernels::Buffer<float> embedded_on(be, ids.size() * size_t(n_in));
@@ -160,6 +166,35 @@ TEST_CASE("cuda backend (emulated): the product kernel is a float64 product with
       CHECK(std::memcmp(row.data(), embedded.data() + i * size_t(n_in), sizeof(float) * size_t(n_in)) == 0);
     }
   }
+}
+
+TEST_CASE("cuda backend (emulated): an F32 weight with padded rows gives the products of its packed rows, bit for bit") {
+  kernels::Backend& be = emulated();
+  const int n_in = 50, n_out = 9, pad = 14, n = 3;
+  const std::vector<float> values = random_values(size_t(n_out) * size_t(n_in + pad), 8);
+  kernels::Weight padded;
+  padded.type = DType::F32;
+  padded.data = values.data();
+  padded.n_out = n_out;
+  padded.n_in = n_in;
+  padded.row_stride = sizeof(float) * size_t(n_in + pad);
+  // The same rows packed.
+  std::vector<float> packed_values;
+  for (int o = 0; o < n_out; ++o)
+    packed_values.insert(packed_values.end(), values.begin() + long(o) * (n_in + pad), values.begin() + long(o) * (n_in + pad) + n_in);
+  kernels::Weight packed = padded;
+  packed.data = packed_values.data();
+  packed.row_stride = sizeof(float) * size_t(n_in);
+  const std::vector<float> x = random_values(size_t(n) * n_in, 9);
+  const std::vector<float> y_padded = product(be, be.upload_weight(padded), x.data(), n);
+  const std::vector<float> y_packed = product(be, be.upload_weight(packed), x.data(), n);
+  CHECK(std::memcmp(y_padded.data(), y_packed.data(), sizeof(float) * y_packed.size()) == 0);
+  for (int r = 0; r < n; ++r)
+    for (int o = 0; o < n_out; ++o) {
+      double want = 0;
+      for (int k = 0; k < n_in; ++k) want += double(packed_values[size_t(o) * n_in + k]) * double(x[size_t(r) * n_in + k]);
+      CHECK(y_packed[size_t(r) * n_out + o] == doctest::Approx(want).epsilon(1e-5));
+    }
 }
 
 TEST_CASE("cuda backend (emulated): weights without a kernel are input errors") {
