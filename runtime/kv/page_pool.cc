@@ -15,12 +15,14 @@ PagePool::PagePool(kernels::Backend& backend, const kernels::KvLayout& layout, s
   // once the pages fill it, mid-run. Say so now.
   if (const std::optional<kernels::Backend::DeviceMemory> device = backend.device_memory();
       device && budget_bytes > device->free_bytes)
-    throw InputError(fmt::format("the KV cache budget (T0, --cache-mib) of {:.1f} MiB does not fit in the memory of the {} "
-                                 "backend's device: {:.1f} MiB free beside the model's weights, of {:.1f} MiB",
-                                 budget_bytes / 1048576.0, backend.name(), device->free_bytes / 1048576.0,
-                                 device->total_bytes / 1048576.0),
-                     fmt::format("lower --cache-mib to at most {}, or use a device with more memory",
-                                 device->free_bytes >> 20));
+    throw InputError(
+        fmt::format(
+            "the KV cache budget (T0, --cache-mib) of {:.1f} MiB does not fit in the memory of the {} "
+            "backend's device: {:.1f} MiB free beside the model's weights, of {:.1f} MiB",
+            budget_bytes / 1048576.0, backend.name(), device->free_bytes / 1048576.0,
+            device->total_bytes / 1048576.0),
+        fmt::format("lower --cache-mib to at most {}, or use a device with more memory",
+                    device->free_bytes >> 20));
   backend.set_kv_budget(budget_bytes);
 }
 

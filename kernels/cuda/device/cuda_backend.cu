@@ -1,7 +1,7 @@
 // The CUDA backend on a device (issue 14): kernels/cuda/backend_core.h with the CUDA runtime as its Device
-// layer. This file is all that differs from the emulated backend (kernels/cuda/emu/emulated_backend.cc), whose
-// host logic and kernels are the same source, run and checked on the CPU; this layer has never run on a GPU
-// (none was available: docs/cuda.md).
+// layer. This file is all that differs from the emulated backend (kernels/cuda/emu/emulated_backend.cc),
+// whose host logic and kernels are the same source, run and checked on the CPU; this layer has never run on a
+// GPU (none was available: docs/cuda.md).
 //
 // - Memory: cudaMalloc / cudaFree; an allocation the device has no room for is an InputError naming what did
 //   not fit, the device's free memory, the KV budget and the flags to lower (backend_core.h). Host memory for
@@ -14,8 +14,8 @@
 // - Errors: every runtime call is checked; after every launch cudaGetLastError names the kernel (run with
 //   CUDA_LAUNCH_BLOCKING=1 to attribute an asynchronous fault to its launch).
 // Not done yet: cuBLAS in the matrix products (kernels/cuda/blas.h; docs/cuda.md says why not yet). Tier
-// copies whose host side is not alloc_host memory (T2 entries, buffers written to T2 and T3) are pageable: the
-// driver stages them (docs/cuda.md).
+// copies whose host side is not alloc_host memory (T2 entries, buffers written to T2 and T3) are pageable:
+// the driver stages them (docs/cuda.md).
 
 #include <cuda_runtime.h>
 

@@ -4,15 +4,16 @@
 // checked for out-of-bounds accesses, shared-memory races and divergent barriers.
 //
 // The emulated device's memory is host memory that it keeps a record of. Every array an operation reads or
-// writes must lie in one of its allocations: a host pointer handed to an operation is an error, as it would be
-// on a GPU, so the model code's use of backend memory (weights uploaded, activations in Buffers, metadata
+// writes must lie in one of its allocations: a host pointer handed to an operation is an error, as it would
+// be on a GPU, so the model code's use of backend memory (weights uploaded, activations in Buffers, metadata
 // staged) is checked here. Copies are done when they return; the emulator runs every block on the calling
 // thread, so there is nothing to synchronise.
 //
-// Its memory may be bounded (make_cuda_emulated_backend(device_bytes), the CLI's $CHOREO_EMULATED_DEVICE_MIB):
-// an allocation beyond it fails as a full GPU's does, so budgets are checked here as on a device. alloc_host
-// memory stands for pinned memory: it is recorded too, and every tier copy is counted by whether its host side
-// lies in it (emulated_host_copies), so tests can see that T1's copies are the ones a GPU would do by DMA.
+// Its memory may be bounded (make_cuda_emulated_backend(device_bytes), the CLI's
+// $CHOREO_EMULATED_DEVICE_MIB): an allocation beyond it fails as a full GPU's does, so budgets are checked
+// here as on a device. alloc_host memory stands for pinned memory: it is recorded too, and every tier copy is
+// counted by whether its host side lies in it (emulated_host_copies), so tests can see that T1's copies are
+// the ones a GPU would do by DMA.
 
 #include <atomic>
 #include <cstring>
@@ -40,7 +41,8 @@ class EmulatedDevice {
 
   std::string name() const { return "cuda-emulated"; }
   std::string label() const {
-    return capacity_ ? fmt::format("the emulated CUDA device ({} MiB)", capacity_ >> 20) : "the emulated CUDA device";
+    return capacity_ ? fmt::format("the emulated CUDA device ({} MiB)", capacity_ >> 20)
+                     : "the emulated CUDA device";
   }
 
   void* alloc(size_t bytes) {
@@ -153,7 +155,9 @@ std::unique_ptr<Backend> make_cuda_emulated_backend(size_t device_bytes) {
 
 HostCopyCounts emulated_host_copies(const Backend& backend) {
   const auto* emulated = dynamic_cast<const EmulatedBackend*>(&backend);
-  if (!emulated) throw std::invalid_argument("emulated_host_copies: " + backend.name() + " is not the emulated CUDA backend");
+  if (!emulated)
+    throw std::invalid_argument("emulated_host_copies: " + backend.name() +
+                                " is not the emulated CUDA backend");
   return emulated->device().host_copies();
 }
 
