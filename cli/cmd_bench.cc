@@ -65,7 +65,7 @@ void run_bench(const BenchOptions& o) {
     throw InputError(fmt::format("-d {} with -p {} / -n {} needs more than the model's context of {} tokens",
                                  o.n_depth, o.n_prompt, o.n_gen, n_ctx),
                      "lower -d, -p or -n");
-  kv::PagePool pool(m.backend(), o.kv.layout(m), size_t(8) << 30);
+  kv::PagePool pool(m.backend(), o.kv.layout(m), kv::budget_within_device(m.backend(), size_t(8) << 30));
   std::mt19937 rng(1234);
   auto random_tokens = [&](int n) {
     std::vector<model::Token> t(n);

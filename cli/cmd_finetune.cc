@@ -105,7 +105,8 @@ void run_traces(const TracesOptions& o) {
       continue;
     }
     // The paper's baseline: every call a plain prefix-cached chat call.
-    kv::PagePool pool(*loaded.backend, loaded.model->kv_layout(32), size_t(2048) << 20);
+    kv::PagePool pool(*loaded.backend, loaded.model->kv_layout(32),
+                      kv::budget_within_device(*loaded.backend, size_t(2048) << 20));
     runtime::Engine engine(runtime::ModelSet(*loaded.model, loaded.lora), pool, runtime::Mode::Prefix);
     std::optional<train::Trace> trace;
     try {
@@ -165,7 +166,8 @@ void run_train(const TrainOptions& o) {
   // The choreographed run of every trace, teacher-forced: its messages (structure only; the numbers are
   // computed by the training graph).
   const auto structure = [&](const train::Trace& t, runtime::Mode mode) {
-    kv::PagePool pool(*loaded.backend, base.kv_layout(32), size_t(2048) << 20);
+    kv::PagePool pool(*loaded.backend, base.kv_layout(32),
+                      kv::budget_within_device(*loaded.backend, size_t(2048) << 20));
     runtime::Engine engine(base, pool, mode);
     return train::trace_messages(workflow, engine, t);
   };

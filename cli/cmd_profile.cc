@@ -73,15 +73,18 @@ void run_profile(const ProfileOptions& o) {
   // The run's model (with --lora adapters) is model 0; the workflow's `models:` follow.
   const exec::WorkflowModels models = exec::load_workflow_models(workflow, *lm.model, lm.lora);
   const kernels::KvLayout layout = o.kv.layout(*lm.model);
-  kv::PagePool baseline_pool(lm.model->backend(), layout, size_t(o.cache_mib) << 20), choreo_pool(lm.model->backend(), layout, size_t(o.cache_mib) << 20);
   {
-    // Warm-up (page faults on the weights, thread start), on a scratch engine so neither cache sees it.
-    kv::PagePool scratch_pool(lm.model->backend(), layout, size_t(64) << 20);
+    // Warm-up (page faults on the weights, thread start), on a scratch engine so neither cache sees it;
+    // first, so that the backend is told the --cache-mib budget last (Backend::set_kv_budget).
+    kv::PagePool scratch_pool(lm.model->backend(), layout,
+                              kv::budget_within_device(lm.model->backend(), size_t(64) << 20));
     runtime::Engine scratch(models.set, scratch_pool, runtime::Mode::Choreo, 512);
     runtime::PrefillRequest warm;
     warm.tokens = lm.model->vocab().tokenize("Warm up the weights and the threads, please.", false, true);
     scratch.prefill(warm);
   }
+  kv::PagePool baseline_pool(lm.model->backend(), layout, size_t(o.cache_mib) << 20),
+      choreo_pool(lm.model->backend(), layout, size_t(o.cache_mib) << 20);
 
   std::vector<double> b_ttft, c_ttft, b_e2e, c_e2e;
   std::vector<StepSummary> steps;

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <future>
 #include <memory>
+#include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -158,6 +160,26 @@ class Backend {
   /// `bytes` bytes of the backend's memory (64-byte aligned), or std::bad_alloc.
   virtual void* alloc(size_t bytes) = 0;
   virtual void release(void* p) = 0;
+  /// Host memory that the asynchronous page copies (copy_to_host / copy_from_host) can use as it is: pinned
+  /// (page-locked) under CUDA, so that a tier copy is a DMA on the copy stream instead of one the driver stages
+  /// through a buffer of its own and waits for. The KV tiers' host copies (T1) live here. 64-byte aligned; the
+  /// CPU backend's is ordinary memory. A device backend throws InputError when it cannot pin that much.
+  virtual void* alloc_host(size_t bytes) { return ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t(64)); }
+  /// Frees alloc_host memory, once no copy uses it.
+  virtual void release_host(void* p) { ::operator delete(p, std::align_val_t(64)); }
+  /// A device's memory: what is free now (beside the weights and everything else allocated) and in all.
+  struct DeviceMemory {
+    size_t free_bytes = 0;
+    size_t total_bytes = 0;
+  };
+  /// The memory of a backend whose memory is a device's; nullopt when it is the host's (the CPU backend,
+  /// bounded by the budgets alone) or has no known limit.
+  virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
+  /// The T0 budget (kv::PagePool's, the CLI's --cache-mib) within which KV pages will be allocated here; the
+  /// last pool made tells it. A device backend names it in its out-of-memory errors and grows its page memory
+  /// no further than the budget needs.
+  virtual void set_kv_budget(size_t budget_bytes) {}
+
   /// Copies between host memory and the backend's memory, and within the backend's memory. They are done when
   /// they return.
   virtual void upload(void* dst, const void* host, size_t bytes) = 0;
@@ -192,7 +214,8 @@ class Backend {
   /// KvLayout::check accepts, f32, f16 and q8_0).
   virtual bool supports_kv(const KvLayout& kv) const { return true; }
   /// KV page memory, owned by the backend. A new page holds `bytes` zero bytes; alloc_page throws
-  /// std::bad_alloc when the device has no room (budgets are kept above this, by kv::PagePool).
+  /// std::bad_alloc, or a device backend the InputError of a full device, when there is no room (budgets are
+  /// kept above this, by kv::PagePool).
   virtual PageId alloc_page(size_t bytes) = 0;
   virtual void free_page(PageId page) = 0;
   /// Stores the keys and values of n tokens of one layer (k, v: [n, kv_dim], keys already rotated): token i
@@ -265,10 +288,25 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 /// and shared-memory races, every array checked to be the backend's memory. Slow (one fiber per CUDA thread):
 /// for tests and for checking kernels, on stories260K-sized models. Reads F32/F16/BF16/Q8_0/Q4_0/Q4_1 weights
 /// and f32/f16/q8_0 KV pages; other weights are an InputError.
-std::unique_ptr<Backend> make_cuda_emulated_backend();
+/// `device_bytes` > 0 gives the emulated device that much memory: an allocation beyond it fails as it does on
+/// a GPU that is full (an InputError naming the KV budget), and device_memory() reports it. 0: unlimited.
+std::unique_ptr<Backend> make_cuda_emulated_backend(size_t device_bytes = 0);
+
+/// The page copies (copy_to_host / copy_from_host) a backend made by make_cuda_emulated_backend has done, by
+/// where their host side lay: in alloc_host memory (pinned on a GPU) or elsewhere (pageable), with their bytes.
+/// For tests: T1's copies must be pinned ones.
+struct HostCopyCounts {
+  uint64_t pinned = 0;
+  uint64_t pinned_bytes = 0;
+  uint64_t pageable = 0;
+  uint64_t pageable_bytes = 0;
+};
+/// Throws std::invalid_argument for a backend that make_cuda_emulated_backend did not make.
+HostCopyCounts emulated_host_copies(const Backend& backend);
 
 /// The backend a command runs on, by name: "cpu" (n_threads threads), "cuda" (device `device`: an InputError
-/// when this build has no CUDA or the machine no device) or "cuda-emulated". Unknown names are an InputError.
+/// when this build has no CUDA or the machine no device) or "cuda-emulated" (with the memory that
+/// $CHOREO_EMULATED_DEVICE_MIB gives it, a test knob; unset: unlimited). Unknown names are an InputError.
 std::unique_ptr<Backend> make_backend(std::string_view name, int n_threads, int device = 0);
 /// Whether this build includes the CUDA device backend (nvcc was found), and the devices the driver reports
 /// (0 without CUDA, without a driver or without a GPU).

@@ -1,5 +1,9 @@
 // kernels::make_backend: the backend a command runs on, chosen by name (the CLI's --backend).
 
+#include <charconv>
+#include <cstdlib>
+#include <string_view>
+
 #include <fmt/format.h>
 
 #include "common/error.h"
@@ -26,10 +30,27 @@ int cuda_device_count() {
 #endif
 }
 
+namespace {
+
+/// $CHOREO_EMULATED_DEVICE_MIB (a test knob: the emulated device's memory), in bytes; 0 when unset.
+size_t emulated_device_bytes() {
+  const char* text = std::getenv("CHOREO_EMULATED_DEVICE_MIB");
+  if (!text || !*text) return 0;
+  const std::string_view digits(text);
+  size_t mib = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), mib);
+  if (error != std::errc() || end != digits.data() + digits.size() || mib == 0 || mib > (size_t(1) << 30))
+    throw InputError(fmt::format("CHOREO_EMULATED_DEVICE_MIB='{}' is not a number of MiB", digits),
+                     "give the emulated CUDA device's memory in MiB (1 or more), or unset it for no limit");
+  return mib << 20;
+}
+
+}  // namespace
+
 std::unique_ptr<Backend> make_backend(std::string_view name, int n_threads, int device) {
   if (name == "cpu") return make_cpu_backend(n_threads);
   if (name == "cuda-emulated") {
-    std::unique_ptr<Backend> backend = make_cuda_emulated_backend();
+    std::unique_ptr<Backend> backend = make_cuda_emulated_backend(emulated_device_bytes());
     backend->set_threads(n_threads);
     return backend;
   }

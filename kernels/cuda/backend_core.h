@@ -10,8 +10,12 @@
 //
 // The Device layer (a class; see EmulatedDevice and CudaDevice):
 //   std::string name() const;
-//   void* alloc(size_t bytes);                      // device memory, 64-byte aligned; throws on no room
+//   std::string label() const;                      // the device, in errors ("CUDA device 0")
+//   void* alloc(size_t bytes);                      // device memory, 64-byte aligned; null when there is no room
 //   void release(void* p);
+//   std::optional<kernels::Backend::DeviceMemory> memory() const;  // free and total; nullopt: no limit known
+//   void* alloc_host(size_t bytes);                 // pinned host memory for tier copies; throws on failure
+//   void release_host(void* p);
 //   void upload(void* dst, const void* host, size_t bytes);      // done when it returns
 //   void download(void* host, const void* src, size_t bytes);    // done when it returns
 //   void copy(void* dst, const void* src, size_t bytes);         // device to device, ordered with launches
@@ -22,10 +26,13 @@
 //   void synchronize();                             // every launch and copy done (before memory is moved)
 //   kernels::Completion to_host_async(void* host, const void* src, size_t bytes);    // tier copies
 //   kernels::Completion from_host_async(void* dst, const void* host, size_t bytes);
+// A device allocation that does not fit is the InputError of throw_no_device_memory, the same on both devices,
+// naming the KV budget (set_kv_budget) beside the device's free memory.
 // Operations are serialised by one mutex (the tiers' copy thread calls copy_to_host / copy_from_host while the
 // engine computes); the Device's alloc/release take their own lock, since weights are released by their owners.
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -60,10 +67,11 @@ class CoreBackend final : public choreo::kernels::Backend {
   using PageId = choreo::kernels::PageId;
   using ByteRange = choreo::kernels::ByteRange;
   using Completion = choreo::kernels::Completion;
+  using DeviceMemory = choreo::kernels::Backend::DeviceMemory;
 
  public:
   explicit CoreBackend(std::shared_ptr<Device> device) : dev_(std::move(device)) {
-    dummy_ = static_cast<float*>(dev_->alloc(64));
+    dummy_ = static_cast<float*>(device_alloc(64));
     dev_->zero(dummy_, 64);
   }
   ~CoreBackend() override {
@@ -83,8 +91,14 @@ class CoreBackend final : public choreo::kernels::Backend {
   }
   int threads() const override { return n_threads_; }
 
-  void* alloc(size_t bytes) override { return dev_->alloc(std::max<size_t>(bytes, 1)); }
+  void* alloc(size_t bytes) override { return device_alloc(std::max<size_t>(bytes, 1)); }
   void release(void* p) override { dev_->release(p); }
+  void* alloc_host(size_t bytes) override { return dev_->alloc_host(std::max<size_t>(bytes, 1)); }
+  void release_host(void* p) override { dev_->release_host(p); }
+  std::optional<DeviceMemory> device_memory() const override { return dev_->memory(); }
+  void set_kv_budget(size_t budget_bytes) override { kv_budget_ = budget_bytes; }
+  /// The device layer (for tests of the emulated device).
+  const Device& device() const { return *dev_; }
   void upload(void* dst, const void* host, size_t bytes) override {
     std::lock_guard lock(mutex_);
     dev_->upload(checked(static_cast<std::byte*>(dst), bytes, "upload"), host, bytes);
@@ -107,7 +121,7 @@ class CoreBackend final : public choreo::kernels::Backend {
       throw_input_error("an F32 weight whose rows are not 4-byte aligned cannot be read by the CUDA kernels");
     Weight uploaded = w;
     const size_t bytes = weight_bytes(w);
-    void* memory = dev_->alloc(std::max<size_t>(bytes, 1));
+    void* memory = device_alloc(std::max<size_t>(bytes, 1));
     {
       std::lock_guard lock(mutex_);
       if (bytes > 0) dev_->upload(memory, w.data, bytes);
@@ -446,17 +460,26 @@ class CoreBackend final : public choreo::kernels::Backend {
     if (s.memory) dev_->release(s.memory);
     s.memory = nullptr;
     s.bytes = 0;
-    s.memory = static_cast<std::byte*>(dev_->alloc(grown));
+    s.memory = static_cast<std::byte*>(device_alloc(grown));
     s.bytes = grown;
   }
   static cu::Ptr<float> floats(const Scratch& s, size_t n) {
     return cu::make_ptr(reinterpret_cast<float*>(s.memory), n);
   }
 
-  /// Room for more pages: a new allocation twice the size, the pages copied, the old one released.
+  /// Device memory, or the out-of-memory InputError naming the KV budget.
+  void* device_alloc(size_t bytes) {
+    if (void* p = dev_->alloc(bytes)) return p;
+    const std::optional<DeviceMemory> m = dev_->memory();
+    throw_no_device_memory(dev_->label(), bytes, m ? m->free_bytes : 0, m ? m->total_bytes : 0, kv_budget_);
+  }
+  /// Room for more pages: a new allocation twice the size (no more pages than the KV budget holds, while it
+  /// holds more than there are), the pages copied, the old one released.
   void grow(Arena& a) {
-    const uint32_t capacity = std::min<uint32_t>(kPagesPerArena, std::max<uint32_t>(16, 2 * a.capacity));
-    float* memory = static_cast<float*>(dev_->alloc(size_t(capacity) * a.page_floats * sizeof(float)));
+    uint32_t capacity = std::min<uint32_t>(kPagesPerArena, std::max<uint32_t>(16, 2 * a.capacity));
+    const size_t budget_pages = kv_budget_ / a.page_bytes;
+    if (budget_pages > a.capacity) capacity = uint32_t(std::min<size_t>(capacity, budget_pages));
+    float* memory = static_cast<float*>(device_alloc(size_t(capacity) * a.page_floats * sizeof(float)));
     if (a.memory) {
       dev_->synchronize();  // tier copies may be in flight from or to the old memory
       dev_->copy(memory, a.memory, size_t(a.n_pages) * a.page_floats * sizeof(float));
@@ -498,6 +521,7 @@ class CoreBackend final : public choreo::kernels::Backend {
   std::vector<Arena> arenas_;
   Scratch staging_, part_m_, part_l_, part_acc_;
   float* dummy_ = nullptr;  // the KV pool argument of a launch with no pages
+  std::atomic<size_t> kv_budget_ = 0;  // set_kv_budget's; 0: none set
 };
 
 }  // namespace choreo::cuda

@@ -785,7 +785,7 @@ void Engine::offload(kv::Message& m) {
   const size_t bytes = n_pages * pool.page_bytes();
   if (m.host.empty() && !m.released && host_room(bytes, m.id)) {
     const double start = steady_ms();
-    m.host = kv::HostCopy(host_, n_pages, pool.page_bytes());
+    m.host = kv::HostCopy(host_, pool.backend(), n_pages, pool.page_bytes());
     m.pages.download(n_pages, m.host.page(0));
     record(kv::TierEvent::Kind::Offload, 1, m, bytes, start);
     ++tier_stats_.t1_offloads;

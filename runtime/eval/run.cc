@@ -68,7 +68,8 @@ ScoreContext context_of(const Row& row) { return ScoreContext{row.gold, row.all_
 /// Touches the weights and starts the threads on a scratch engine, so the first mode's first rows do not
 /// pay for page faults the later modes never see.
 void warm_up(const model::Model& model, int page_tokens) {
-  kv::PagePool pool(model.backend(), model.kv_layout(page_tokens), size_t(64) << 20);
+  kv::PagePool pool(model.backend(), model.kv_layout(page_tokens),
+                    kv::budget_within_device(model.backend(), size_t(64) << 20));
   runtime::Engine scratch(model, pool, runtime::Mode::Choreo);
   runtime::PrefillRequest request;
   request.tokens = model.vocab().tokenize("Warm up the weights and the threads, please.", false, true);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <optional>
 
 #include "common/error.h"
 
@@ -10,6 +11,24 @@ namespace choreo::kv {
 PagePool::PagePool(kernels::Backend& backend, const kernels::KvLayout& layout, size_t budget_bytes)
     : backend_(backend), layout_(layout), budget_bytes_(budget_bytes) {
   layout_.check();
+  // On a device, T0 is device memory: a budget the device cannot hold beside the weights would fail only
+  // once the pages fill it, mid-run. Say so now.
+  if (const std::optional<kernels::Backend::DeviceMemory> device = backend.device_memory();
+      device && budget_bytes > device->free_bytes)
+    throw InputError(
+        fmt::format(
+            "the KV cache budget (T0, --cache-mib) of {:.1f} MiB does not fit in the memory of the {} "
+            "backend's device: {:.1f} MiB free beside the model's weights, of {:.1f} MiB",
+            budget_bytes / 1048576.0, backend.name(), device->free_bytes / 1048576.0,
+            device->total_bytes / 1048576.0),
+        fmt::format("lower --cache-mib to at most {}, or use a device with more memory",
+                    device->free_bytes >> 20));
+  backend.set_kv_budget(budget_bytes);
+}
+
+size_t budget_within_device(const kernels::Backend& backend, size_t budget_bytes) {
+  const std::optional<kernels::Backend::DeviceMemory> device = backend.device_memory();
+  return device ? std::min(budget_bytes, device->free_bytes) : budget_bytes;
 }
 
 PagePool::~PagePool() = default;  // every page was released by its PageList

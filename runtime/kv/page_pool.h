@@ -15,7 +15,9 @@ namespace choreo::kv {
 /// Allocates and recycles KV pages of one layout within a byte budget.
 class PagePool {
  public:
-  /// Throws InputError when the layout's cache types cannot hold the model's shape (KvLayout::check).
+  /// Throws InputError when the layout's cache types cannot hold the model's shape (KvLayout::check), or when
+  /// the backend's memory is a device's and the budget does not fit in what it has free (beside the weights:
+  /// load the model first). Tells the backend the budget (Backend::set_kv_budget).
   PagePool(kernels::Backend& backend, const kernels::KvLayout& layout, size_t budget_bytes);
   ~PagePool();
   PagePool(const PagePool&) = delete;
@@ -52,6 +54,10 @@ class PagePool {
   size_t peak_bytes_ = 0;
   std::function<bool()> reclaimer_;
 };
+
+/// `budget_bytes`, or the free memory of the backend's device when that is less: the T0 budget of a pool that
+/// no flag sets (bench, finetune, warm-ups), meant as "no limit", which the device check of PagePool must not refuse.
+size_t budget_within_device(const kernels::Backend& backend, size_t budget_bytes);
 
 /// The pages of one growing token sequence (a plain KV-cache run, or one message's own tokens).
 class PageList {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <new>
 #include <tuple>
+#include <utility>
 
 #include "common/error.h"
 
@@ -26,9 +27,9 @@ bool HostTier::charge(size_t bytes) {
   return true;
 }
 
-HostCopy::HostCopy(HostTier& tier, size_t n_pages, size_t page_bytes)
-    : tier_(&tier), n_pages_(n_pages), page_bytes_(page_bytes) {
-  data_.reset(new std::byte[n_pages * page_bytes]);
+HostCopy::HostCopy(HostTier& tier, kernels::Backend& backend, size_t n_pages, size_t page_bytes)
+    : tier_(&tier), backend_(&backend), n_pages_(n_pages), page_bytes_(page_bytes) {
+  data_ = static_cast<std::byte*>(backend.alloc_host(n_pages * page_bytes));
   tier_->in_use_ += bytes();
   tier_->peak_ = std::max(tier_->peak_, tier_->in_use_);
 }
@@ -37,10 +38,12 @@ HostCopy& HostCopy::operator=(HostCopy&& other) noexcept {
   if (this != &other) {
     reset();
     tier_ = other.tier_;
-    data_ = std::move(other.data_);
+    backend_ = other.backend_;
+    data_ = std::exchange(other.data_, nullptr);
     n_pages_ = other.n_pages_;
     page_bytes_ = other.page_bytes_;
     other.tier_ = nullptr;
+    other.backend_ = nullptr;
     other.n_pages_ = other.page_bytes_ = 0;
   }
   return *this;
@@ -48,8 +51,10 @@ HostCopy& HostCopy::operator=(HostCopy&& other) noexcept {
 
 void HostCopy::reset() {
   if (data_ && tier_) tier_->in_use_ -= bytes();
-  data_.reset();
+  if (data_) backend_->release_host(data_);
+  data_ = nullptr;
   tier_ = nullptr;
+  backend_ = nullptr;
   n_pages_ = page_bytes_ = 0;
 }
 

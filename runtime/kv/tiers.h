@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/backend.h"
+
 namespace choreo::kv {
 
 using MessageId = uint32_t;
@@ -140,12 +142,14 @@ class HostTier {
   size_t peak_ = 0;
 };
 
-/// A message's pages copied to host memory (T1), charged to a HostTier while it lives.
+/// A message's pages copied to host memory (T1), charged to a HostTier while it lives. The memory is the
+/// backend's host memory for asynchronous copies (Backend::alloc_host: pinned under CUDA), so the pages move
+/// between T0 and T1 without the driver staging them.
 class HostCopy {
  public:
   HostCopy() = default;
-  /// `n_pages` pages of `page_bytes` bytes each.
-  HostCopy(HostTier& tier, size_t n_pages, size_t page_bytes);
+  /// `n_pages` pages of `page_bytes` bytes each, in `backend`'s host memory (the backend must outlive it).
+  HostCopy(HostTier& tier, kernels::Backend& backend, size_t n_pages, size_t page_bytes);
   ~HostCopy() { reset(); }
   HostCopy(HostCopy&& other) noexcept { *this = std::move(other); }
   HostCopy& operator=(HostCopy&& other) noexcept;
@@ -155,13 +159,14 @@ class HostCopy {
   bool empty() const { return !data_; }
   size_t n_pages() const { return n_pages_; }
   size_t bytes() const { return n_pages_ * page_bytes_; }
-  std::byte* page(size_t i) { return data_.get() + i * page_bytes_; }
-  const std::byte* page(size_t i) const { return data_.get() + i * page_bytes_; }
+  std::byte* page(size_t i) { return data_ + i * page_bytes_; }
+  const std::byte* page(size_t i) const { return data_ + i * page_bytes_; }
   void reset();
 
  private:
   HostTier* tier_ = nullptr;
-  std::unique_ptr<std::byte[]> data_;
+  kernels::Backend* backend_ = nullptr;
+  std::byte* data_ = nullptr;  // backend_->alloc_host memory
   size_t n_pages_ = 0;
   size_t page_bytes_ = 0;
 };

@@ -1,6 +1,7 @@
 // `--backend`: the same command on the CPU backend and on the CUDA backend run by the block emulator
 // (kernels/cuda/backend_core.h with the emulated device) prints the same greedy text; `--backend cuda` on a
-// machine without a GPU (or a build without nvcc) is a clear error with exit 2, as is an unknown name.
+// machine without a GPU (or a build without nvcc) is a clear error with exit 2, as is an unknown name; on a
+// device of bounded memory, a T0 budget it cannot hold is a clear error with exit 2 before anything runs.
 
 #include <doctest/doctest.h>
 
@@ -38,6 +39,46 @@ TEST_CASE("backend choice: the emulated CUDA backend prints the CPU backend's gr
   // shared/README.md's known greedy continuation, and the same bytes from both backends.
   CHECK(outputs[0].find(", there was a little girl named Lily.") != std::string::npos);
   CHECK(outputs[1] == outputs[0]);
+}
+
+TEST_CASE("backend choice: a KV budget the device cannot hold is refused before anything runs, one that fits runs") {
+  // CHOREO_EMULATED_DEVICE_MIB gives the emulated device a GPU's bounded memory (docs/cuda.md).
+  const std::string binary = testing::choreo_binary();
+  testing::ScratchDir scratch;
+  const std::string model = testing::shared_file("models/stories260K.gguf");
+  testing::ProcessOptions device;
+  device.env = {"CHOREO_EMULATED_DEVICE_MIB=8"};
+  const std::vector<std::string> generate = {"generate", "-m", model, "-p", "Once upon a time", "-n", "24",
+                                             "--temp", "0", "--backend", "cuda-emulated", "--cache-mib"};
+  auto with_budget = [&](const char* mib) {
+    std::vector<std::string> args = generate;
+    args.push_back(mib);
+    return args;
+  };
+  const testing::ProcessResult refused = testing::run_process(binary, with_budget("64"), scratch.path, device);
+  CAPTURE(refused.err);
+  REQUIRE(refused.exited);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.out.empty());  // refused at start-up: nothing generated
+  CHECK(refused.err.find("64.0 MiB") != std::string::npos);  // the budget,
+  CHECK(refused.err.find("MiB free") != std::string::npos);  // the device's free memory,
+  CHECK(refused.err.find("--cache-mib") != std::string::npos);  // and the flag
+  // The same budget on a device without the bound, and a budget that fits the bounded device: the greedy text
+  // of the CPU backend (shared/README.md).
+  const testing::ProcessResult unbounded = testing::run_process(binary, with_budget("64"), scratch.path);
+  const testing::ProcessResult fits = testing::run_process(binary, with_budget("2"), scratch.path, device);
+  for (const testing::ProcessResult* r : {&unbounded, &fits}) {
+    CAPTURE(r->err);
+    REQUIRE(r->exited);
+    CHECK(r->exit_code == 0);
+    CHECK(r->out.find(", there was a little girl named Lily.") != std::string::npos);
+  }
+  CHECK(fits.out == unbounded.out);
+  // A knob that is not a number of MiB is a usage error too.
+  device.env = {"CHOREO_EMULATED_DEVICE_MIB=lots"};
+  const testing::ProcessResult bad = testing::run_process(binary, with_budget("2"), scratch.path, device);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("CHOREO_EMULATED_DEVICE_MIB") != std::string::npos);
 }
 
 TEST_CASE("backend choice: no GPU, no CUDA build or an unknown name are errors with exit 2") {

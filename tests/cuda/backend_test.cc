@@ -16,6 +16,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
@@ -35,6 +38,7 @@ namespace choreo {
 namespace {
 
 using kernels::DType;
+using kernels::KvLayout;
 using testing::random_values;
 
 kernels::Backend& emulated() { return *testing::stories260k_cuda_emulated().backend; }
@@ -223,6 +227,84 @@ TEST_CASE("cuda backend (emulated): operations refuse memory that is not the bac
   CHECK_THROWS_AS(be.embed(sw.w, ids, x.data()), std::logic_error);
   be.embed(be.upload_table(sw.w), ids, x.data());
   be.matmul(w, x.data(), 1, y.data());
+}
+
+TEST_CASE("cuda backend (emulated): tier copies count as pinned exactly when their host side is alloc_host memory") {
+  const std::unique_ptr<kernels::Backend> be = kernels::make_cuda_emulated_backend();
+  const size_t bytes = 4096;
+  const kernels::PageId page = be->alloc_page(bytes);
+  auto* pinned = static_cast<std::byte*>(be->alloc_host(bytes));
+  std::vector<std::byte> pageable(bytes);
+  be->copy_from_host(pinned, page, {0, bytes}).wait();
+  be->copy_to_host(page, {0, bytes / 2}, pinned + bytes / 2).wait();  // inside the allocation, not at its start
+  be->copy_to_host(page, {0, bytes}, pageable.data()).wait();
+  const kernels::HostCopyCounts counts = kernels::emulated_host_copies(*be);
+  CHECK(counts.pinned == 2);
+  CHECK(counts.pinned_bytes == bytes + bytes / 2);
+  CHECK(counts.pageable == 1);
+  CHECK(counts.pageable_bytes == bytes);
+  // alloc_host memory is host memory all the same: an operation handed it is refused, as a GPU would.
+  CHECK_THROWS_AS(be->upload(pinned, pageable.data(), 16), std::logic_error);
+  CHECK_THROWS_AS(be->release_host(pageable.data()), std::logic_error);
+  CHECK_THROWS_AS(kernels::emulated_host_copies(testing::cpu_backend()), std::invalid_argument);
+  be->release_host(pinned);
+  be->free_page(page);
+}
+
+/// The message of the InputError `f` throws ("" when it throws none).
+template <class F>
+std::string input_error_of(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.message() + " / " + e.hint();
+  }
+  return "";
+}
+
+TEST_CASE("cuda backend (emulated): a device of bounded memory refuses a KV budget it cannot hold, and names it when full") {
+  const size_t mib = size_t(1) << 20;
+  const std::unique_ptr<kernels::Backend> be = kernels::make_cuda_emulated_backend(8 * mib);
+  const std::optional<kernels::Backend::DeviceMemory> empty = be->device_memory();
+  REQUIRE(empty);
+  CHECK(empty->total_bytes == 8 * mib);
+  {
+    const kernels::Buffer<float> b(*be, 1000);
+    CHECK(be->device_memory()->free_bytes == empty->free_bytes - 4000);  // allocations are counted...
+  }
+  CHECK(be->device_memory()->free_bytes == empty->free_bytes);  // ...and given back
+  // More than the device holds: the error of a full device.
+  const std::string full = input_error_of([&] { be->alloc(9 * mib); });
+  CAPTURE(full);
+  CHECK(full.find("no room for 9.0 MiB") != std::string::npos);
+  CHECK(full.find("8.0 MiB free of 8.0 MiB") != std::string::npos);
+  CHECK(full.find("--cache-mib") != std::string::npos);
+
+  // A T0 budget above the free memory is refused when the pool is made, naming the budget, the free memory
+  // and the flag; one that fits is taken.
+  const KvLayout kv{16, 2, 2, 32, DType::F32, DType::F32};
+  REQUIRE(kv.page_bytes() == 16 * 1024);
+  const std::string refused = input_error_of([&] { kv::PagePool pool(*be, kv, 9 * mib); });
+  CAPTURE(refused);
+  CHECK(refused.find("9.0 MiB") != std::string::npos);
+  CHECK(refused.find("8.0 MiB free") != std::string::npos);
+  CHECK(refused.find("--cache-mib") != std::string::npos);
+  kv::PagePool pool(*be, kv, 3 * mib);
+  std::vector<kernels::PageId> pages;
+  for (size_t i = 0; i < 3 * mib / kv.page_bytes(); ++i) pages.push_back(pool.allocate());
+  CHECK_THROWS_AS(pool.allocate(), InputError);  // the budget is spent
+  // The pages' memory grew to the budget, not past it (doubling from 128 pages would have made 256).
+  CHECK(be->device_memory()->free_bytes == empty->free_bytes - 3 * mib);
+  // An allocation the device has no room for now names the budget beside the free memory.
+  const std::string named = input_error_of([&] { be->alloc(6 * mib); });
+  CAPTURE(named);
+  CHECK(named.find("no room for 6.0 MiB") != std::string::npos);
+  CHECK(named.find("budget (T0, --cache-mib) is 3.0 MiB") != std::string::npos);
+  for (kernels::PageId p : pages) pool.release(p);
+
+  // The CPU backend's pages are host memory: no device to compare a budget with.
+  CHECK_FALSE(testing::cpu_backend().device_memory());
+  CHECK_NOTHROW(kv::PagePool(testing::cpu_backend(), kv, size_t(1) << 40));
 }
 
 TEST_CASE("cuda backend (emulated): KV pages in f32, f16 and q8_0 are written byte for byte as the CPU backend writes them") {

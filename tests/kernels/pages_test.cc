@@ -189,6 +189,28 @@ TEST_CASE("pages: new pages are zero, also when recycled, and copies run asynchr
   }
 }
 
+TEST_CASE("pages: alloc_host memory is aligned host memory that page copies read and write, on every backend") {
+  for (const testing::NamedBackend& backend : testing::conformance_backends()) {
+    kernels::Backend& be = backend.backend;
+    CAPTURE(backend.name);
+    const KvLayout kv = layout(DType::F16, DType::Q8_0);
+    const size_t bytes = kv.page_bytes();
+    auto* in = static_cast<std::byte*>(be.alloc_host(2 * bytes));
+    auto* out = static_cast<std::byte*>(be.alloc_host(bytes));
+    CHECK(reinterpret_cast<uintptr_t>(in) % 64 == 0);
+    CHECK(reinterpret_cast<uintptr_t>(out) % 64 == 0);
+    for (size_t b = 0; b < 2 * bytes; ++b) in[b] = std::byte((b * 11 + 5) & 0xff);  // the host reads and writes it
+    const PageId page = be.alloc_page(bytes);
+    be.copy_from_host(in + bytes, page, {0, bytes}).wait();  // from the middle of an allocation too
+    be.copy_to_host(page, {0, bytes}, out).wait();
+    CHECK(std::memcmp(out, in + bytes, bytes) == 0);
+    CHECK(host_image(be, page, bytes) == std::vector<std::byte>(in + bytes, in + 2 * bytes));
+    be.free_page(page);
+    be.release_host(in);
+    be.release_host(out);
+  }
+}
+
 TEST_CASE("pages: every page keeps its bytes while the pool grows around it") {
   // The CUDA backend keeps the pages of one size in one allocation and moves them when it grows (16 pages,
   // then doubling): pages written before each growth must read back unchanged after it.

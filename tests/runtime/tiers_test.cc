@@ -52,8 +52,8 @@ struct Outcome {
 
 /// A run of prefills and decodes with reordered, overlapping and offset parents, a release, and messages
 /// read again rounds after they were written, so that a small T0 has to evict and bring back.
-Outcome scenario(size_t t0_bytes, const kv::TierSettings& tiers, const std::string& disk_dir = {}) {
-  const model::Model& m = *testing::stories260k().model;
+Outcome scenario(size_t t0_bytes, const kv::TierSettings& tiers, const std::string& disk_dir = {},
+                 const model::Model& m = *testing::stories260k().model) {
   kv::PagePool pool(m.backend(), m.kv_layout(16), t0_bytes);
   std::unique_ptr<store::DiskStore> disk;
   Engine e(m, pool);
@@ -179,6 +179,46 @@ TEST_CASE("tiers: T2 (the persistent store) takes what T1 has no room for, and g
     CHECK(got.stats.t2_bad == 0);
     // Released records (a recipe only) are the only messages recomputed: everything else came back.
     CHECK(got.stats.recomputes <= 1);
+  }
+}
+
+/// Bytes of the pages a scenario read back itself at its end (through PageList::to_host: pageable memory).
+uint64_t pages_read_bytes(const Outcome& o) {
+  uint64_t bytes = 0;
+  for (const std::vector<float>& p : o.pages) bytes += p.size() * sizeof(float);
+  return bytes;
+}
+
+TEST_CASE("tiers: on the emulated CUDA backend every T1 copy is from pinned memory, and the bits are unchanged") {
+  // The emulated device counts each tier copy by whether its host side is alloc_host memory (pinned on a GPU).
+  // T1's copies (evictions to T1, loads back) must all be; the only others are the scenario's own page reads
+  // at its end, and, with T2, the entries written and read (pageable: buffers and mapped files).
+  const model::Model& m = *testing::stories260k_cuda_emulated().model;
+  const Outcome ref = scenario(size_t(64) << 20, {}, {}, m);
+  CHECK(ref.stats.t0_evictions == 0);
+  const size_t page = m.kv_layout(16).page_bytes();
+  const size_t peak_pages = ref.t0_peak / page;
+  REQUIRE(peak_pages >= 16);
+  for (bool with_t2 : {false, true}) {
+    CAPTURE(with_t2);
+    testing::ScratchDir dir;
+    const kernels::HostCopyCounts before = kernels::emulated_host_copies(m.backend());
+    const size_t t1_pages = with_t2 ? peak_pages / 4 : 1000;
+    const Outcome got = scenario(peak_pages * 2 / 3 * page,
+                                 {t1_pages * page, kv::EvictionPolicy::Workflow, with_t2 ? size_t(64) << 20 : 0},
+                                 with_t2 ? dir.str() : std::string(), m);
+    const kernels::HostCopyCounts after = kernels::emulated_host_copies(m.backend());
+    check_same(ref, got);
+    CHECK(got.stats.t1_offloads > 0);
+    CHECK(got.stats.t1_hits > 0);
+    CHECK(after.pinned_bytes - before.pinned_bytes == got.stats.t1_offload_bytes + got.stats.t1_load_bytes);
+    if (with_t2) {
+      CHECK(got.stats.t2_writes > 0);
+      CHECK(got.stats.t2_hits > 0);
+      CHECK(after.pageable_bytes - before.pageable_bytes > pages_read_bytes(got));  // T2 kept working
+    } else {
+      CHECK(after.pageable_bytes - before.pageable_bytes == pages_read_bytes(got));
+    }
   }
 }
 
@@ -569,15 +609,16 @@ TEST_CASE("tiers: every transfer is an event on its tier's trace track, as many 
 
 TEST_CASE("tiers: T1 copies are charged to its budget and returned when dropped") {
   kv::HostTier tier(1000);
+  kernels::Backend& backend = testing::cpu_backend();
   {
-    kv::HostCopy a(tier, 2, 400);  // 800 bytes
+    kv::HostCopy a(tier, backend, 2, 400);  // 800 bytes
     CHECK(tier.bytes_in_use() == 800);
     CHECK_FALSE(tier.fits(400));
     kv::HostCopy b = std::move(a);
     CHECK(tier.bytes_in_use() == 800);
     b.reset();
     CHECK(tier.bytes_in_use() == 0);
-    kv::HostCopy c(tier, 1, 200);
+    kv::HostCopy c(tier, backend, 1, 200);
     CHECK(tier.bytes_in_use() == 200);
   }
   CHECK(tier.bytes_in_use() == 0);

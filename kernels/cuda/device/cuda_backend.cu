@@ -1,23 +1,27 @@
 // The CUDA backend on a device (issue 14): kernels/cuda/backend_core.h with the CUDA runtime as its Device
-// layer. This file is all that differs from the emulated backend (kernels/cuda/emu/emulated_backend.cc), whose
-// host logic and kernels are the same source, run and checked on the CPU; this layer has never run on a GPU
-// (none was available: docs/cuda.md).
+// layer. This file is all that differs from the emulated backend (kernels/cuda/emu/emulated_backend.cc),
+// whose host logic and kernels are the same source, run and checked on the CPU; this layer has never run on a
+// GPU (none was available: docs/cuda.md).
 //
 // - Memory: cudaMalloc / cudaFree; an allocation the device has no room for is an InputError naming what did
-//   not fit, the device's free memory and the budgets to lower.
+//   not fit, the device's free memory, the KV budget and the flags to lower (backend_core.h). Host memory for
+//   the tiers (alloc_host: T1's copies) is pinned, cudaHostAlloc / cudaFreeHost, so that tier copies from and
+//   to it are DMA transfers on the copy stream.
 // - Streams: every launch, copy and memset of an operation goes to one compute stream; upload and download
 //   wait for it (Backend: "done when they return"). Tier copies (copy_to_host / copy_from_host) go to a
 //   second stream, after an event recorded on the compute stream (a page is copied only after the kernels
 //   that wrote it), and complete through a host callback on that stream, so compute never waits for them.
 // - Errors: every runtime call is checked; after every launch cudaGetLastError names the kernel (run with
 //   CUDA_LAUNCH_BLOCKING=1 to attribute an asynchronous fault to its launch).
-// Not done yet: pinned host memory for T1 (tier copies come from pageable memory, which the driver copies
-// synchronously), cuBLAS in the matrix products (kernels/cuda/blas.h; docs/cuda.md says why not yet).
+// Not done yet: cuBLAS in the matrix products (kernels/cuda/blas.h; docs/cuda.md says why not yet). Tier
+// copies whose host side is not alloc_host memory (T2 entries, buffers written to T2 and T3) are pageable:
+// the driver stages them (docs/cuda.md).
 
 #include <cuda_runtime.h>
 
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "kernels/cuda/backend_core.h"
@@ -27,8 +31,6 @@
 namespace choreo::cuda {
 
 namespace {
-
-std::string mib(size_t bytes) { return std::to_string((bytes + (size_t(1) << 20) - 1) >> 20) + " MiB"; }
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess)
@@ -53,23 +55,35 @@ class CudaDevice {
   }
 
   std::string name() const { return "cuda"; }
+  std::string label() const { return "CUDA device " + std::to_string(device_); }
 
   void* alloc(size_t bytes) {
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes);
     if (e == cudaErrorMemoryAllocation) {
       cudaGetLastError();  // not sticky: clear it
-      size_t free = 0, total = 0;
-      cudaMemGetInfo(&free, &total);
-      throw_input_error("CUDA device " + std::to_string(device_) + " has no room for " + mib(bytes) + " (" + mib(free) +
-                            " free of " + mib(total) + ")",
-                        "the model's weights and the KV budget must fit in device memory: lower --cache-mib (T0, "
-                        "the device tier), run fewer calls at once, or use a smaller model");
+      return nullptr;      // CoreBackend raises the error, with the KV budget
     }
     check(e, "cudaMalloc");
     return p;
   }
   void release(void* p) { cudaFree(p); }  // from destructors: an error here has nothing to stop
+  std::optional<choreo::kernels::Backend::DeviceMemory> memory() const {
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    return choreo::kernels::Backend::DeviceMemory{free, total};
+  }
+  void* alloc_host(size_t bytes) {
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      throw_no_pinned_memory(label(), bytes);
+    }
+    check(e, "cudaHostAlloc");
+    return p;
+  }
+  void release_host(void* p) { cudaFreeHost(p); }  // from destructors, as release
   void upload(void* dst, const void* host, size_t bytes) {
     check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, compute_), "cudaMemcpyAsync (upload)");
     check(cudaStreamSynchronize(compute_), "cudaStreamSynchronize (upload)");
