@@ -3,6 +3,7 @@
 // kernels/cpu implements it always, kernels/cuda when built with CUDA. Pointers passed to a backend refer
 // to memory that backend owns or accepts (host memory for the CPU backend, device memory for CUDA).
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -11,9 +12,11 @@
 #include <new>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "kernels/dtype.h"
 
@@ -228,6 +231,20 @@ class Backend {
   /// the host buffer must stay valid and the page must be neither written nor freed.
   virtual Completion copy_to_host(PageId src, ByteRange range, void* dst) = 0;
   virtual Completion copy_from_host(const void* src, PageId dst, ByteRange range) = 0;
+
+  // ---- Batched tier copies (page gather / scatter) ----
+  /// Asynchronous copies of `range` of every page of a list (a message's pages, or one layer's K or V of
+  /// each) to and from one host buffer of pages.size() * range.bytes bytes, piece i at i * range.bytes: the
+  /// bytes of a copy_to_host / copy_from_host per page, as one transfer (a device backend gathers the pieces
+  /// into its own memory first, or scatters them from it after). Every page and the range are checked before
+  /// anything is copied (std::out_of_range); copy_pages_from_host refuses a page listed twice
+  /// (std::invalid_argument): which copy landed last would decide the result. An empty list is done at once.
+  /// Until the Completion is done, the host buffer must stay valid and the pages must be neither written nor
+  /// freed. Ranges of KvLayout::layer_k / layer_v start and end on 2-byte boundaries only (f16 rows are
+  /// 2 * kv_dim bytes, q8_0 rows 34 * kv_dim / 32), on 4-byte ones for f32; any byte range is accepted.
+  virtual Completion copy_pages_to_host(std::span<const PageId> pages, ByteRange range, void* dst) = 0;
+  virtual Completion copy_pages_from_host(const void* src, std::span<const PageId> pages,
+                                          ByteRange range) = 0;
   /// Softmax attention of q ([n_q, n_heads*head_dim], rotated at each query's own position) over the
   /// segments of each group, for one layer; writes out [n_q, n_heads*head_dim]. A segment with delta != 0 is
   /// attended by rotating the query by -delta (virtual repositioning), never by touching stored keys.
@@ -275,6 +292,15 @@ class Buffer {
   T* data_ = nullptr;
   size_t n_ = 0;
 };
+
+/// Throws std::invalid_argument when a page appears twice in `pages` (copy_pages_from_host's precondition).
+inline void require_distinct_pages(std::span<const PageId> pages) {
+  std::vector<PageId> sorted(pages.begin(), pages.end());
+  std::sort(sorted.begin(), sorted.end());
+  const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+  if (twice != sorted.end())
+    throw std::invalid_argument("a copy to KV pages lists page " + std::to_string(*twice) + " twice");
+}
 
 /// The most threads a backend accepts (llama.cpp's limit too); far more than this exhausts the process.
 constexpr int kMaxThreads = 512;

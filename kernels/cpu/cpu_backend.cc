@@ -6,6 +6,7 @@
 #include <new>
 
 #include <thread>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "common/error.h"
@@ -94,6 +95,30 @@ class CpuBackend final : public Backend {
     pages_.check_range(dst, range);
     std::byte* to = pages_.get(dst) + range.offset;
     return copies_.submit([=] { std::memcpy(to, src, range.bytes); });
+  }
+  // Batched tier copies: every page and the range checked first, then one job of a memcpy per page.
+  Completion copy_pages_to_host(std::span<const PageId> pages, ByteRange range, void* dst) override {
+    std::vector<const std::byte*> from;
+    for (PageId p : pages) {
+      pages_.check_range(p, range);
+      from.push_back(pages_.get(p) + range.offset);
+    }
+    if (from.empty()) return {};
+    return copies_.submit([from = std::move(from), range, to = static_cast<std::byte*>(dst)] {
+      for (size_t i = 0; i < from.size(); ++i) std::memcpy(to + i * range.bytes, from[i], range.bytes);
+    });
+  }
+  Completion copy_pages_from_host(const void* src, std::span<const PageId> pages, ByteRange range) override {
+    require_distinct_pages(pages);
+    std::vector<std::byte*> to;
+    for (PageId p : pages) {
+      pages_.check_range(p, range);
+      to.push_back(pages_.get(p) + range.offset);
+    }
+    if (to.empty()) return {};
+    return copies_.submit([to = std::move(to), range, from = static_cast<const std::byte*>(src)] {
+      for (size_t i = 0; i < to.size(); ++i) std::memcpy(to[i], from + i * range.bytes, range.bytes);
+    });
   }
 
  private:

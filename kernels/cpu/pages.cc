@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 #include <stdexcept>
+#include <string>
 
 #include <unistd.h>
 
@@ -36,7 +37,7 @@ PageId PageTable::allocate(size_t bytes) {
     auto* data = static_cast<std::byte*>(std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64)));
     if (!data) throw std::bad_alloc();
     slots[id & (kChunk - 1)] = {data, bytes};
-    ++n_ids_;
+    n_ids_.store(id + 1, std::memory_order_release);
   }
   std::memset(get(id), 0, bytes);
   return id;
@@ -48,6 +49,8 @@ void PageTable::free(PageId page) {
 }
 
 void PageTable::check_range(PageId page, ByteRange range) const {
+  if (page >= n_ids_.load(std::memory_order_acquire))
+    throw std::out_of_range("KV page " + std::to_string(page) + " was not allocated by this backend");
   if (range.offset > bytes_of(page) || range.bytes > bytes_of(page) - range.offset)
     throw std::out_of_range("KV page copy outside the page");
 }

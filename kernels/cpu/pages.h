@@ -36,7 +36,7 @@ class PageTable {
   size_t bytes_of(PageId page) const {
     return dir_[page >> kChunkBits].load(std::memory_order_acquire)[page & (kChunk - 1)].bytes;
   }
-  /// Throws std::out_of_range unless `range` lies within the page.
+  /// Throws std::out_of_range unless the page was allocated here and `range` lies within it.
   void check_range(PageId page, ByteRange range) const;
 
  private:
@@ -49,7 +49,7 @@ class PageTable {
   static constexpr size_t kChunks = 4096;  // 16M pages
   std::array<std::atomic<Slot*>, kChunks> dir_{};
   std::mutex mutex_;
-  uint32_t n_ids_ = 0;
+  std::atomic<uint32_t> n_ids_ = 0;  // written under mutex_, read by check_range without it
   std::unordered_map<size_t, std::vector<PageId>> free_;  // by page size
 };
 

@@ -26,6 +26,9 @@
 //   void synchronize();                             // every launch and copy done (before memory is moved)
 //   kernels::Completion to_host_async(void* host, const void* src, size_t bytes);    // tier copies
 //   kernels::Completion from_host_async(void* dst, const void* host, size_t bytes);
+//   cu::Stream copy_stream() const;                 // where the async copies above go (after the compute
+//                                                   // work issued before each): gathers and scatters too
+//   kernels::Completion copies_done();              // done when the copy stream's work issued so far is done
 // A device allocation that does not fit is the InputError of throw_no_device_memory, the same on both devices,
 // naming the KV budget (set_kv_budget) beside the device's free memory.
 // Operations are serialised by one mutex (the tiers' copy thread calls copy_to_host / copy_from_host while the
@@ -52,6 +55,7 @@
 #include "kernels/cuda/kernels/attention_tiled.cuh"
 #include "kernels/cuda/kernels/elementwise.cuh"
 #include "kernels/cuda/kernels/linear.cuh"
+#include "kernels/cuda/kernels/pages.cuh"
 #include "kernels/cuda/portable.h"
 
 namespace choreo::cuda {
@@ -79,6 +83,10 @@ class CoreBackend final : public choreo::kernels::Backend {
     for (Arena& a : arenas_) dev_->release(a.memory);
     for (Scratch* s : {&staging_, &part_m_, &part_l_, &part_acc_})
       if (s->memory) dev_->release(s->memory);
+    for (Transfer& t : transfers_) {
+      dev_->release(t.memory.memory);
+      if (t.pinned_index) dev_->release_host(t.pinned_index);
+    }
     dev_->release(dummy_);
   }
 
@@ -251,6 +259,33 @@ class CoreBackend final : public choreo::kernels::Backend {
   Completion copy_from_host(const void* src, PageId dst, ByteRange range) override {
     std::lock_guard lock(mutex_);
     return dev_->from_host_async(page_bytes(dst, range), src, range.bytes);
+  }
+
+  // ---- Batched tier copies: page gather / scatter (kernels/cuda/kernels/pages.cuh) ----
+  // Both go to the copy stream, after the compute work issued so far (the page numbers' upload, the first
+  // copy, waits for it: from_host_async), so compute never waits for them. A download gathers the pieces into
+  // a transfer buffer, then makes one device-to-host copy; an upload makes one host-to-device copy, then
+  // scatters. The transfer buffer (page numbers, then pieces) is not reused until the Completion is done.
+  Completion copy_pages_to_host(std::span<const PageId> pages, ByteRange range, void* dst) override {
+    std::lock_guard lock(mutex_);
+    PageRuns runs = page_runs(pages, range);
+    if (runs.data_bytes == 0) return {};
+    Transfer& t = transfer(runs);
+    move_pieces(runs, t, range, false);
+    t.done = dev_->to_host_async(dst, t.memory.memory + runs.data_at, runs.data_bytes);
+    return t.done;
+  }
+  Completion copy_pages_from_host(const void* src, std::span<const PageId> pages, ByteRange range) override {
+    choreo::kernels::require_distinct_pages(pages);
+    std::lock_guard lock(mutex_);
+    PageRuns runs = page_runs(pages, range);
+    if (runs.data_bytes == 0) return {};
+    Transfer& t = transfer(runs);
+    // On the copy stream, so done before the scatter starts.
+    dev_->from_host_async(t.memory.memory + runs.data_at, src, runs.data_bytes);
+    move_pieces(runs, t, range, true);
+    t.done = dev_->copies_done();
+    return t.done;
   }
 
   void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& kv,
@@ -514,6 +549,98 @@ class CoreBackend final : public choreo::kernels::Backend {
                               ") are outside page " + std::to_string(page) + " of " + std::to_string(a.page_bytes) + " bytes");
     return reinterpret_cast<std::byte*>(a.memory + size_t(page & kIndexMask) * a.page_floats) + range.offset;
   }
+
+  // ---- Batched tier copies ----
+  /// Consecutive pages of a list that lie in one arena: list entries [first, first + count).
+  struct PageRun {
+    Arena* arena = nullptr;
+    size_t first = 0, count = 0;
+  };
+  /// A list of pages checked and split into runs, with their page numbers; in a transfer buffer the numbers
+  /// come first, the pieces (data_bytes) at data_at (16-byte aligned, for 16-byte words).
+  struct PageRuns {
+    std::vector<PageRun> runs;
+    std::vector<int32_t> index;
+    size_t range_bytes = 0, data_at = 0, data_bytes = 0;
+  };
+  PageRuns page_runs(std::span<const PageId> pages, ByteRange range) {
+    PageRuns r;
+    for (size_t i = 0; i < pages.size(); ++i) {
+      page_bytes(pages[i], range);  // checks the page and the range
+      Arena* a = &arena_of(pages[i]);
+      if (r.runs.empty() || r.runs.back().arena != a) r.runs.push_back({a, i, 0});
+      ++r.runs.back().count;
+      r.index.push_back(int32_t(pages[i] & kIndexMask));
+    }
+    r.range_bytes = range.bytes;
+    r.data_at = (r.index.size() * sizeof(int32_t) + 15) / 16 * 16;
+    r.data_bytes = pages.size() * range.bytes;
+    return r;
+  }
+  /// Device memory of one batched copy, and the page numbers it was given from host memory: reused once its
+  /// copy is done (the copy stream may read or write both until then).
+  struct Transfer {
+    Scratch memory;
+    std::vector<int32_t> index;
+    int32_t* pinned_index = nullptr;  // index's copy in pinned host memory, what the upload reads
+    size_t pinned_capacity = 0;       // elements
+    Completion done;
+    cu::Ptr<const int32_t> indices(const PageRun& r) const {
+      return cu::make_ptr(reinterpret_cast<const int32_t*>(memory.memory), index.size()) + ptrdiff_t(r.first);
+    }
+    template <class Word>
+    cu::Ptr<Word> pieces(const PageRun& r, const PageRuns& runs) const {
+      const size_t n = runs.data_bytes / sizeof(Word);
+      return cu::make_ptr(reinterpret_cast<Word*>(memory.memory + runs.data_at), n) +
+             ptrdiff_t(r.first * runs.range_bytes / sizeof(Word));
+    }
+  };
+  /// A transfer buffer whose last copy is done, grown to hold these runs; their page numbers are moved to it
+  /// and on their way to its device memory on the copy stream.
+  Transfer& transfer(PageRuns& runs) {
+    const size_t bytes = runs.data_at + runs.data_bytes;
+    auto idle = std::find_if(transfers_.begin(), transfers_.end(),
+                             [&](const Transfer& t) { return t.done.ready() && t.memory.bytes >= bytes; });
+    if (idle == transfers_.end())
+      idle = std::find_if(transfers_.begin(), transfers_.end(), [](const Transfer& t) { return t.done.ready(); });
+    Transfer& t = idle != transfers_.end() ? *idle : transfers_.emplace_back();
+    reserve(t.memory, bytes);
+    t.index = std::move(runs.index);
+    if (t.pinned_capacity < t.index.size()) {
+      if (t.pinned_index) dev_->release_host(t.pinned_index);
+      t.pinned_index = nullptr;
+      t.pinned_capacity = 0;
+      t.pinned_index = static_cast<int32_t*>(dev_->alloc_host(std::max<size_t>(t.index.size(), 64) * sizeof(int32_t)));
+      t.pinned_capacity = std::max<size_t>(t.index.size(), 64);
+    }
+    std::copy(t.index.begin(), t.index.end(), t.pinned_index);
+    dev_->from_host_async(t.memory.memory, t.pinned_index, t.index.size() * sizeof(int32_t));
+    return t;
+  }
+  /// Launches, on the copy stream, gather_pages (from the arenas into the transfer buffer) or scatter_pages
+  /// (back) over each run, in the widest word its arena's page stride and the range allow.
+  void move_pieces(const PageRuns& runs, const Transfer& t, ByteRange range, bool to_pages) {
+    for (const PageRun& r : runs.runs) {
+      const auto launch = [&](auto word, const kernels::PagePieces& p) {
+        using Word = decltype(word);
+        const cu::Ptr<Word> pool = arena_words<Word>(*r.arena), buffer = t.template pieces<Word>(r, runs);
+        const char* name = to_pages ? "scatter_pages" : "gather_pages";
+        auto* kernel = to_pages ? &kernels::scatter_pages<Word> : &kernels::gather_pages<Word>;
+        cu::launch(name, kernel, kernels::page_pieces_grid(p), Dim3(kernels::kPagePiecesThreads), 0,
+                   dev_->copy_stream(), cu::Ptr<const Word>(to_pages ? buffer : pool), t.indices(r), p,
+                   to_pages ? pool : buffer);
+        dev_->launched(name);
+      };
+      kernels::in_page_words(r.arena->page_floats * sizeof(float), range.offset, range.bytes, int(r.count), launch);
+    }
+  }
+  /// An arena's pages as words (a page's stride is a whole number of them: in_page_words).
+  template <class Word>
+  static cu::Ptr<Word> arena_words(const Arena& a) {
+    const size_t n = size_t(a.n_pages) * a.page_floats * sizeof(float) / sizeof(Word);
+    return cu::make_ptr(reinterpret_cast<Word*>(a.memory), n);
+  }
+  std::vector<Transfer> transfers_;
 
   std::shared_ptr<Device> dev_;
   std::mutex mutex_;

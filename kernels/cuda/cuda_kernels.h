@@ -61,6 +61,14 @@ void launch_attention_tiled(const AttentionLaunch& a, const kernels::AttnTiledBl
 void launch_store_kv(float* pool, const kernels::AttnCache& cache, const int32_t* pages, const int32_t* slots,
                      int n, const float* k, const float* v, cudaStream_t stream);
 
+/// Page gather and scatter (kernels/cuda/kernels/pages.cuh): bytes [offset, offset + bytes) of each page
+/// pages[i] of a pool (pages page_bytes apart) to buffer[i * bytes, ...), and back; the pages of a scatter
+/// are distinct. Device pointers; in the widest word that divides page_bytes, offset and bytes.
+void launch_gather_pages(const void* pool, size_t page_bytes, const int32_t* pages, int n_pages, size_t offset,
+                         size_t bytes, void* buffer, cudaStream_t stream);
+void launch_scatter_pages(const void* buffer, void* pool, size_t page_bytes, const int32_t* pages, int n_pages,
+                          size_t offset, size_t bytes, cudaStream_t stream);
+
 /// kernels/cuda/blas.h's product on device pointers: cublasSgemmStridedBatched (throws on a cuBLAS error).
 void gemm_cublas(cublasHandle_t handle, const blas::Gemm& g);
 

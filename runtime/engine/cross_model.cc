@@ -148,10 +148,8 @@ void Engine::encode_partial(kv::Message& m, const kv::Message& src, const CrossM
   // The sender's KV, every layer; the planned layers are overwritten below.
   const size_t n_pages = pool.layout().pages_for(size_t(n_tokens));
   const std::vector<std::byte> host = src.pages.to_host(n_pages);
-  std::vector<const std::byte*> pages;
-  for (size_t p = 0; p < n_pages; ++p) pages.push_back(host.data() + p * pool.page_bytes());
   m.pages.reserve(n_tokens);
-  m.pages.upload(pages);
+  m.pages.upload(host.data(), n_pages);
   m.n_encoded = n_tokens;
   const int receiver = m.model;
   const size_t dim = size_t(models_[size_t(receiver)].weights->config().dim);

@@ -151,10 +151,8 @@ std::vector<kernels::KvSegment> Engine::segments_for(Work& w, int bos_model) {
       kernels::Backend& be = weights.backend();
       kernels::Buffer<float> row_on_backend(be, row.size());
       const int32_t delta = v.delta;
-      std::vector<const std::byte*> src;
       for (size_t p = 0; p < copy->pages().size(); ++p) {
         std::byte* page = host.data() + p * kv.page_bytes();
-        src.push_back(page);
         int n_in_page = std::min(kv.page_tokens, v.n_tokens - int(p) * kv.page_tokens);
         for (int l = 0; l < kv.n_layers; ++l)
           for (int slot = 0; slot < n_in_page; ++slot) {
@@ -165,7 +163,7 @@ std::vector<kernels::KvSegment> Engine::segments_for(Work& w, int bos_model) {
             kv.write_k(page, l, slot, row.data());
           }
       }
-      copy->upload(src);
+      copy->upload(host.data(), copy->pages().size());
       segs.push_back({copy->pages(), v.n_tokens, 0, -1});
       rerotated_.push_back(std::move(copy));
       continue;
@@ -613,10 +611,8 @@ void Engine::make_resident(kv::Message& m, CallStats* stats) {
       throw;
     }
     const size_t n = std::min(m.pages.pages().size(), copy.n_pages());
-    std::vector<const std::byte*> src;
-    for (size_t p = 0; p < n; ++p) src.push_back(copy.page(p));
     try {
-      m.pages.upload(src);
+      m.pages.upload(copy.page(0), n);
     } catch (...) {
       m.pages.clear();
       m.host = std::move(copy);

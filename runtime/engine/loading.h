@@ -19,7 +19,7 @@ namespace choreo::runtime {
 struct Engine::Loading {
   int tier = 0;                             // 1: from T1, 2: from T2, 3: from T3
   kv::HostCopy host;                        // T1: the copy being read, held aside so T1 cannot drop it
-  std::vector<kernels::Completion> copies;  // T1: one per page
+  kernels::Completion copy;                 // T1: every page, one batched copy
   std::optional<store::MappedEntry> entry;  // T2: the entry the job reads
   // T2, T3: reads (T3), checks and copies every page, and takes the E caches the message saves; what was
   // wrong (nullopt: nothing; "": a T3 miss).
@@ -32,16 +32,16 @@ struct Engine::Loading {
   Loading(const Loading&) = delete;
   Loading& operator=(const Loading&) = delete;
   ~Loading() {
-    // The copies read `host` and the job reads `entry`: both must be done before those go.
-    for (const kernels::Completion& c : copies) try {
-        c.wait();
-      } catch (...) {
-      }
+    // The copy reads `host` and the job reads `entry`: both must be done before those go.
+    try {
+      copy.wait();
+    } catch (...) {
+    }
     if (job.valid()) job.wait();
   }
   bool finished() const {
     if (tier >= 2) return job.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-    return std::all_of(copies.begin(), copies.end(), [](const kernels::Completion& c) { return c.ready(); });
+    return copy.ready();
   }
 };
 

@@ -1,6 +1,6 @@
 // Prefetch for the KV tiers (docs/store.md "Tiers", KVFlow): before each batch, messages out of T0 that a
 // running workflow will read within TierSettings::prefetch_steps steps are brought back in the background,
-// from T1 (the backend's asynchronous copies), T2 (a thread that reads the mapped entry, checks every page's
+// from T1 (one batched asynchronous copy of the backend), T2 (a thread that reads the mapped entry, checks every page's
 // checksum and copies it in) or T3 (a thread that reads the value on a Redis connection of its own and checks
 // it as a store entry). Room is made only by evicting messages needed later than the one
 // prefetched. A message being prefetched holds its T0 pages (in use, marked `loading`) until it settles:
@@ -34,12 +34,10 @@ std::optional<std::string> copy_entry_pages(std::span<const uint8_t> bytes, cons
                                             std::span<const int> e_layers, std::map<int, std::vector<float>>& e_cache) {
   if (parsed.meta.n_pages() != pages.size()) return "another page count";
   if (std::optional<std::string> bad = store::body_damage(bytes, parsed)) return bad;
-  const size_t page_bytes = parsed.meta.page_bytes();
-  std::vector<kernels::Completion> copies;
-  for (size_t i = 0; i < pages.size(); ++i)
-    copies.push_back(backend.copy_from_host(store::entry_page(bytes, parsed, i), pages[i], {0, page_bytes}));
+  const kernels::Completion copy =
+      backend.copy_pages_from_host(store::entry_page(bytes, parsed, 0), pages, {0, parsed.meta.page_bytes()});
   e_cache = store::e_sections(bytes, parsed, e_layers);
-  for (const kernels::Completion& c : copies) c.wait();
+  copy.wait();
   return std::nullopt;
 }
 
@@ -119,11 +117,10 @@ bool Engine::start_prefetch(kv::Message& m, size_t steps) {
   }
   try {
     m.pages.reserve(int(m.tokens.size()));
-    const size_t page_bytes = pool.page_bytes();
     kernels::Backend& backend = pool.backend();
     if (loading->tier == 1) {
-      for (size_t p = 0; p < n_pages; ++p)
-        loading->copies.push_back(backend.copy_from_host(loading->host.page(p), m.pages.pages()[p], {0, page_bytes}));
+      loading->copy = backend.copy_pages_from_host(loading->host.page(0), std::span(m.pages.pages()).first(n_pages),
+                                                   {0, pool.page_bytes()});
     } else if (loading->tier == 2) {
       const store::MappedEntry* entry = &*loading->entry;
       loading->job = std::async(std::launch::async, [entry, pages = m.pages.pages(), &backend,
@@ -151,7 +148,7 @@ bool Engine::start_prefetch(kv::Message& m, size_t steps) {
     }
   } catch (...) {
     // No room after all, or no thread to read with: the message stays where it was. The T1 copy goes back
-    // to it (a move keeps its buffer where the copies in flight read it); the reset waits for them.
+    // to it (a move keeps its buffer where the copy in flight reads it); the reset waits for it.
     if (loading->tier == 1) m.host = std::move(loading->host);
     loading.reset();
     m.pages.clear();
@@ -177,7 +174,7 @@ bool Engine::settle(kv::Message& m, CallStats* stats) {
   bool failed = false;
   try {
     if (loading->tier == 1) {
-      for (const kernels::Completion& c : loading->copies) c.wait();
+      loading->copy.wait();
     } else {
       bad = loading->job.get();
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <exception>
 #include <optional>
+#include <stdexcept>
 
 #include "common/error.h"
 
@@ -88,35 +89,14 @@ void PageList::reserve(int n_tokens) {
   while (pages_.size() < need) pages_.push_back(pool_->allocate());
 }
 
-namespace {
-
-/// Waits for every copy (the buffers they use must outlive them even when one failed), then rethrows the
-/// first failure.
-void wait_all(const std::vector<kernels::Completion>& copies) {
-  std::exception_ptr failure;
-  for (const kernels::Completion& c : copies) {
-    try {
-      c.wait();
-    } catch (...) {
-      if (!failure) failure = std::current_exception();
-    }
-  }
-  if (failure) std::rethrow_exception(failure);
+std::span<const kernels::PageId> PageList::first(size_t n_pages) const {
+  if (n_pages > pages_.size())
+    throw std::out_of_range(fmt::format("{} KV pages copied, of a list of {}", n_pages, pages_.size()));
+  return std::span(pages_).first(n_pages);
 }
 
-}  // namespace
-
 void PageList::download(size_t n_pages, std::byte* dst) const {
-  const size_t bytes = pool_->page_bytes();
-  std::vector<kernels::Completion> copies;
-  try {
-    for (size_t p = 0; p < n_pages; ++p)
-      copies.push_back(pool_->backend().copy_to_host(pages_.at(p), {0, bytes}, dst + p * bytes));
-  } catch (...) {
-    wait_all(copies);
-    throw;
-  }
-  wait_all(copies);
+  pool_->backend().copy_pages_to_host(first(n_pages), {0, pool_->page_bytes()}, dst).wait();
 }
 
 std::vector<std::byte> PageList::to_host(size_t n_pages) const {
@@ -125,17 +105,8 @@ std::vector<std::byte> PageList::to_host(size_t n_pages) const {
   return bytes;
 }
 
-void PageList::upload(std::span<const std::byte* const> src) {
-  const size_t bytes = pool_->page_bytes();
-  std::vector<kernels::Completion> copies;
-  try {
-    for (size_t p = 0; p < src.size(); ++p)
-      copies.push_back(pool_->backend().copy_from_host(src[p], pages_.at(p), {0, bytes}));
-  } catch (...) {
-    wait_all(copies);
-    throw;
-  }
-  wait_all(copies);
+void PageList::upload(const std::byte* src, size_t n_pages) {
+  pool_->backend().copy_pages_from_host(src, first(n_pages), {0, pool_->page_bytes()}).wait();
 }
 
 void PageList::clear() {

@@ -75,17 +75,19 @@ class PageList {
   int slot_of(int token) const { return token % page_tokens(); }
   int page_tokens() const { return pool_->layout().page_tokens; }
   const std::vector<kernels::PageId>& pages() const { return pages_; }
-  /// Copies the first `n_pages` pages to host memory at `dst` (page_bytes each, consecutive), through the
-  /// backend's asynchronous copies, and waits for them.
+  /// Copies the first `n_pages` pages to host memory at `dst` (page_bytes each, consecutive) as one batched
+  /// copy of the backend (one transfer), and waits for it. std::out_of_range past the last page.
   void download(size_t n_pages, std::byte* dst) const;
   /// The first n_pages pages as one host buffer.
   std::vector<std::byte> to_host(size_t n_pages) const;
-  /// Fills page i from host memory src[i] (page_bytes each) and waits; reserve() the pages first.
-  void upload(std::span<const std::byte* const> src);
+  /// Fills the first `n_pages` pages from host memory at `src` (page_bytes each, consecutive) as one batched
+  /// copy, and waits; reserve() the pages first (std::out_of_range past the last page).
+  void upload(const std::byte* src, size_t n_pages);
   PagePool& pool() const { return *pool_; }
   void clear();
 
  private:
+  std::span<const kernels::PageId> first(size_t n_pages) const;
   PagePool* pool_;
   std::vector<kernels::PageId> pages_;
 };

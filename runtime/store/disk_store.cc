@@ -325,9 +325,7 @@ std::optional<std::string> copy_checked_pages(std::span<const uint8_t> bytes, co
                                               kv::PageList& pages) {
   if (std::optional<std::string> bad = body_damage(bytes, parsed)) return bad;
   pages.reserve(int(parsed.meta.tokens.size()));
-  std::vector<const std::byte*> src;
-  for (size_t i = 0; i < parsed.meta.n_pages(); ++i) src.push_back(entry_page(bytes, parsed, i));
-  pages.upload(src);
+  pages.upload(entry_page(bytes, parsed, 0), parsed.meta.n_pages());
   return std::nullopt;
 }
 

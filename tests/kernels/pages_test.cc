@@ -1,6 +1,7 @@
 // KV pages through the Backend interface (allocation, K/V stores in each cache type, layer-addressed
-// asynchronous copies), checked against values computed here: the compiler's own binary16 conversion for
-// f16, the q8_0 rounding bound for q8_0, and byte comparison of host images for the copies. Written against
+// asynchronous copies, one page at a time and batched), checked against values computed here: the compiler's
+// own binary16 conversion for f16, the q8_0 rounding bound for q8_0, and byte comparison of host images for
+// the copies (a batched copy holds the bytes of the per-page copies). Written against
 // kernels::Backend only, and run on every backend of testing::conformance_backends() (the CPU's, and the CUDA
 // kernels in the block emulator, which store f32 pages only).
 
@@ -232,6 +233,190 @@ TEST_CASE("pages: every page keeps its bytes while the pool grows around it") {
       CHECK(host_image(be, pages[i], kv.page_bytes()) == images[i]);
     }
     for (PageId p : pages) be.free_page(p);
+  }
+}
+
+/// Batched copies (copy_pages_to_host / copy_pages_from_host) against the per-page copies, on pages of two
+/// layouts: f32 (whole pages and layer ranges in 16-byte words on the CUDA backend) and q8_0 keys with f16
+/// values on 3-token pages (588-byte pages; layer ranges of 102 and 192 bytes at 2-byte boundaries), plus
+/// ranges that start or end off any word boundary.
+struct BatchCase {
+  KvLayout kv;
+  std::vector<ByteRange> ranges;
+};
+std::vector<BatchCase> batch_cases() {
+  const KvLayout f32 = layout(DType::F32, DType::F32), odd{3, 2, 1, 32, DType::Q8_0, DType::F16};
+  return {{f32, {{0, f32.page_bytes()}, f32.layer_k(1), f32.layer_v(2), {4, 36}, {1, 37}}},
+          {odd, {{0, odd.page_bytes()}, odd.layer_k(1), odd.layer_v(0), {3, 1}, {odd.page_bytes() - 5, 5}}}};
+}
+
+/// Random bytes, seeded.
+std::vector<std::byte> random_bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::byte> out(n);
+  for (std::byte& b : out) b = std::byte(rng() & 0xff);
+  return out;
+}
+
+/// n pages of `bytes`, each filled with its random image by a per-page copy as soon as it is allocated (so
+/// that on the CUDA backend they span the arena's growths: 16 pages, then doubling), in a shuffled order.
+struct Filled {
+  std::vector<PageId> pages;
+  std::vector<std::vector<std::byte>> images;  // by position in `pages`
+};
+Filled filled_pages(kernels::Backend& be, size_t n, size_t bytes, uint32_t seed) {
+  Filled f;
+  for (size_t i = 0; i < n; ++i) {
+    f.pages.push_back(be.alloc_page(bytes));
+    f.images.push_back(random_bytes(bytes, seed + uint32_t(i)));
+    be.copy_from_host(f.images.back().data(), f.pages.back(), {0, bytes}).wait();
+  }
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+  Filled shuffled;
+  for (size_t i : order) {
+    shuffled.pages.push_back(f.pages[i]);
+    shuffled.images.push_back(std::move(f.images[i]));
+  }
+  return shuffled;
+}
+
+/// The range of each page, piece after piece, by one copy_to_host per page.
+std::vector<std::byte> per_page_download(kernels::Backend& be, std::span<const PageId> pages, ByteRange r) {
+  std::vector<std::byte> out(pages.size() * r.bytes);
+  std::vector<kernels::Completion> done;
+  for (size_t i = 0; i < pages.size(); ++i) done.push_back(be.copy_to_host(pages[i], r, out.data() + i * r.bytes));
+  for (const kernels::Completion& c : done) c.wait();
+  return out;
+}
+
+TEST_CASE("pages: a batched copy to host holds the per-page copies' bytes, for 1 to 70 pages, whole or in ranges") {
+  for (const testing::NamedBackend& backend : testing::conformance_backends()) {
+    kernels::Backend& be = backend.backend;
+    CAPTURE(backend.name);
+    for (const BatchCase& c : batch_cases()) {
+      const Filled f = filled_pages(be, 70, c.kv.page_bytes(), 21);
+      for (size_t n : {size_t(1), size_t(2), size_t(17), size_t(70)})
+        for (const ByteRange r : c.ranges) {
+          CAPTURE(n);
+          CAPTURE(r.offset);
+          CAPTURE(r.bytes);
+          const std::span<const PageId> pages = std::span(f.pages).first(n);
+          std::vector<std::byte> got(n * r.bytes, std::byte(0x5a));
+          be.copy_pages_to_host(pages, r, got.data()).wait();
+          CHECK(got == per_page_download(be, pages, r));
+          bool as_written = true;  // and the bytes the pages were given (the per-page copies are not vacuous)
+          for (size_t i = 0; i < n; ++i)
+            as_written &= std::memcmp(got.data() + i * r.bytes, f.images[i].data() + r.offset, r.bytes) == 0;
+          CHECK(as_written);
+        }
+      for (PageId p : f.pages) be.free_page(p);
+    }
+  }
+}
+
+TEST_CASE("pages: a batched copy from host writes what per-page copies write, and a round trip restores the pages") {
+  for (const testing::NamedBackend& backend : testing::conformance_backends()) {
+    kernels::Backend& be = backend.backend;
+    CAPTURE(backend.name);
+    for (const BatchCase& c : batch_cases()) {
+      const size_t bytes = c.kv.page_bytes();
+      for (size_t n : {size_t(1), size_t(70)})
+        for (const ByteRange r : c.ranges) {
+          CAPTURE(n);
+          CAPTURE(r.offset);
+          CAPTURE(r.bytes);
+          // Two sets of pages with the same images: one written per page, the other by one batched copy.
+          const Filled batched = filled_pages(be, n, bytes, 40), per_page = filled_pages(be, n, bytes, 40);
+          const std::vector<std::byte> src = random_bytes(n * r.bytes, 41);
+          be.copy_pages_from_host(src.data(), batched.pages, r).wait();
+          for (size_t i = 0; i < n; ++i) be.copy_from_host(src.data() + i * r.bytes, per_page.pages[i], r).wait();
+          const std::vector<std::byte> got = per_page_download(be, batched.pages, {0, bytes}),
+                                       want = per_page_download(be, per_page.pages, {0, bytes});
+          CHECK(got == want);
+          bool as_written = true;  // the range from src, the rest of each page as it was
+          for (size_t i = 0; i < n; ++i) {
+            std::vector<std::byte> page = batched.images[i];
+            std::copy_n(src.begin() + long(i * r.bytes), r.bytes, page.begin() + long(r.offset));
+            as_written &= std::memcmp(got.data() + i * bytes, page.data(), bytes) == 0;
+          }
+          CHECK(as_written);
+          // Down and up again, over pages overwritten in between: every page as it was, bit for bit.
+          std::vector<std::byte> saved(n * bytes);
+          be.copy_pages_to_host(batched.pages, {0, bytes}, saved.data()).wait();
+          const std::vector<std::byte> zeros(n * bytes);
+          be.copy_pages_from_host(zeros.data(), batched.pages, {0, bytes}).wait();
+          CHECK(per_page_download(be, batched.pages, {0, bytes}) == zeros);
+          be.copy_pages_from_host(saved.data(), batched.pages, {0, bytes}).wait();
+          CHECK(per_page_download(be, batched.pages, {0, bytes}) == got);
+          for (const Filled* f : {&batched, &per_page})
+            for (PageId p : f->pages) be.free_page(p);
+        }
+    }
+  }
+}
+
+TEST_CASE("pages: a batched copy may mix page sizes, and leaves the bytes around its range alone") {
+  // Pages of two sizes alternate in one list (two arenas on the CUDA backend); the range fits the smaller.
+  for (const testing::NamedBackend& backend : testing::conformance_backends()) {
+    kernels::Backend& be = backend.backend;
+    CAPTURE(backend.name);
+    const Filled small = filled_pages(be, 5, 588, 50), large = filled_pages(be, 5, 12288, 60);
+    std::vector<PageId> mixed;
+    std::vector<const std::vector<std::byte>*> images;
+    for (size_t i = 0; i < 5; ++i) {
+      mixed.insert(mixed.end(), {small.pages[i], large.pages[i]});
+      images.insert(images.end(), {&small.images[i], &large.images[i]});
+    }
+    const ByteRange r{100, 400};
+    std::vector<std::byte> got(mixed.size() * r.bytes);
+    be.copy_pages_to_host(mixed, r, got.data()).wait();
+    CHECK(got == per_page_download(be, mixed, r));
+    const std::vector<std::byte> src = random_bytes(got.size(), 61);
+    be.copy_pages_from_host(src.data(), mixed, r).wait();
+    for (size_t i = 0; i < mixed.size(); ++i) {
+      CAPTURE(i);
+      std::vector<std::byte> want = *images[i];
+      std::copy_n(src.begin() + long(i * r.bytes), r.bytes, want.begin() + long(r.offset));
+      CHECK(per_page_download(be, std::span(&mixed[i], 1), {0, want.size()}) == want);
+    }
+    for (PageId p : mixed) be.free_page(p);
+  }
+}
+
+TEST_CASE("pages: batched copies check every page and the range before copying, and an empty list is done at once") {
+  for (const testing::NamedBackend& backend : testing::conformance_backends()) {
+    kernels::Backend& be = backend.backend;
+    CAPTURE(backend.name);
+    const size_t bytes = 588;
+    const Filled f = filled_pages(be, 3, bytes, 70);
+    const kernels::Completion none_down = be.copy_pages_to_host({}, {0, bytes}, nullptr),
+                              none_up = be.copy_pages_from_host(nullptr, {}, {0, bytes});
+    CHECK(none_down.ready());
+    CHECK(none_up.ready());
+    CHECK_NOTHROW(none_down.wait());
+    CHECK_NOTHROW(none_up.wait());
+
+    const std::vector<PageId> unknown = {f.pages[0], PageId(0x7fffffff), f.pages[1]};
+    std::vector<std::byte> host(3 * bytes, std::byte(0x5a));
+    const std::vector<std::byte> untouched = host;
+    CHECK_THROWS_AS(be.copy_pages_to_host(unknown, {0, bytes}, host.data()), std::out_of_range);
+    CHECK_THROWS_AS(be.copy_pages_to_host(f.pages, {0, bytes + 1}, host.data()), std::out_of_range);
+    CHECK_THROWS_AS(be.copy_pages_to_host(f.pages, {bytes + 1, 0}, host.data()), std::out_of_range);
+    CHECK_THROWS_AS(be.copy_pages_to_host(f.pages, {1, bytes}, host.data()), std::out_of_range);
+    CHECK(host == untouched);  // nothing copied: no page was written to the host buffer before the bad one
+    CHECK_THROWS_AS(be.copy_pages_from_host(host.data(), unknown, {0, bytes}), std::out_of_range);
+    CHECK_THROWS_AS(be.copy_pages_from_host(host.data(), f.pages, {8, bytes}), std::out_of_range);
+    // A page listed twice: read twice when copied out, refused when copied in (which copy would win?).
+    const std::vector<PageId> twice = {f.pages[2], f.pages[0], f.pages[2]};
+    be.copy_pages_to_host(twice, {0, bytes}, host.data()).wait();
+    CHECK(std::memcmp(host.data(), host.data() + 2 * bytes, bytes) == 0);
+    CHECK(std::memcmp(host.data(), f.images[2].data(), bytes) == 0);
+    CHECK_THROWS_AS(be.copy_pages_from_host(untouched.data(), twice, {0, bytes}), std::invalid_argument);
+    for (size_t i = 0; i < f.pages.size(); ++i)  // no page was written by a refused copy
+      CHECK(per_page_download(be, std::span(&f.pages[i], 1), {0, bytes}) == f.images[i]);
+    for (PageId p : f.pages) be.free_page(p);
   }
 }
 

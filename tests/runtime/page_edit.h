@@ -24,12 +24,8 @@ template <class Edit>
 void edit_pages(kv::PageList& pages, Edit edit) {
   const size_t n = pages.pages().size(), bytes = pages.pool().page_bytes();
   std::vector<std::byte> host = pages.to_host(n);
-  std::vector<const std::byte*> src;
-  for (size_t p = 0; p < n; ++p) {
-    edit(reinterpret_cast<float*>(host.data() + p * bytes), bytes / sizeof(float));
-    src.push_back(host.data() + p * bytes);
-  }
-  pages.upload(src);
+  for (size_t p = 0; p < n; ++p) edit(reinterpret_cast<float*>(host.data() + p * bytes), bytes / sizeof(float));
+  pages.upload(host.data(), n);
 }
 
 }  // namespace choreo::testing

@@ -211,7 +211,10 @@ TEST_CASE("tiers: on the emulated CUDA backend every T1 copy is from pinned memo
     check_same(ref, got);
     CHECK(got.stats.t1_offloads > 0);
     CHECK(got.stats.t1_hits > 0);
-    CHECK(after.pinned_bytes - before.pinned_bytes == got.stats.t1_offload_bytes + got.stats.t1_load_bytes);
+    // T1's pages, and the page numbers of each batched copy (4 bytes a page, staged in pinned memory too).
+    const size_t t1_bytes = got.stats.t1_offload_bytes + got.stats.t1_load_bytes;
+    CHECK(after.pinned_bytes - before.pinned_bytes >= t1_bytes);
+    CHECK(after.pinned_bytes - before.pinned_bytes <= t1_bytes + (with_t2 ? 2 : 1) * sizeof(int32_t) * (t1_bytes / page + peak_pages));
     if (with_t2) {
       CHECK(got.stats.t2_writes > 0);
       CHECK(got.stats.t2_hits > 0);

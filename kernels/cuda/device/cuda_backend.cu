@@ -8,9 +8,10 @@
 //   the tiers (alloc_host: T1's copies) is pinned, cudaHostAlloc / cudaFreeHost, so that tier copies from and
 //   to it are DMA transfers on the copy stream.
 // - Streams: every launch, copy and memset of an operation goes to one compute stream; upload and download
-//   wait for it (Backend: "done when they return"). Tier copies (copy_to_host / copy_from_host) go to a
-//   second stream, after an event recorded on the compute stream (a page is copied only after the kernels
-//   that wrote it), and complete through a host callback on that stream, so compute never waits for them.
+//   wait for it (Backend: "done when they return"). Tier copies (copy_to_host / copy_from_host, and the
+//   batched copy_pages_to_host / copy_pages_from_host with their gather and scatter kernels) go to a second
+//   stream, after an event recorded on the compute stream (a page is copied only after the kernels that wrote
+//   it), and complete through a host callback on that stream, so compute never waits for them.
 // - Errors: every runtime call is checked; after every launch cudaGetLastError names the kernel (run with
 //   CUDA_LAUNCH_BLOCKING=1 to attribute an asynchronous fault to its launch).
 // Not done yet: cuBLAS in the matrix products (kernels/cuda/blas.h; docs/cuda.md says why not yet). Tier
@@ -108,22 +109,18 @@ class CudaDevice {
   choreo::kernels::Completion to_host_async(void* host, const void* src, size_t bytes) {
     after_compute();
     check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, copies_), "cudaMemcpyAsync (to host)");
-    return completion();
+    return copies_done();
   }
   choreo::kernels::Completion from_host_async(void* dst, const void* host, size_t bytes) {
     after_compute();  // the page's zeroing at allocation, on the compute stream, comes first
     check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, copies_), "cudaMemcpyAsync (from host)");
-    return completion();
+    return copies_done();
   }
-
- private:
-  /// The copy stream waits for the work issued to the compute stream so far (not for later work).
-  void after_compute() {
-    check(cudaEventRecord(computed_, compute_), "cudaEventRecord");
-    check(cudaStreamWaitEvent(copies_, computed_, 0), "cudaStreamWaitEvent");
-  }
+  /// Batched tier copies (CoreBackend::copy_pages_to_host / copy_pages_from_host) launch their gathers and
+  /// scatters here, between the copies above.
+  cu::Stream copy_stream() const { return copies_; }
   /// Done when the copy stream reaches this point: a host callback fulfils the promise.
-  choreo::kernels::Completion completion() {
+  choreo::kernels::Completion copies_done() {
     auto promise = std::make_unique<std::promise<void>>();
     std::shared_future<void> done = promise->get_future().share();
     check(cudaLaunchHostFunc(
@@ -136,6 +133,13 @@ class CudaDevice {
           "cudaLaunchHostFunc");
     promise.release();
     return choreo::kernels::Completion(std::move(done));
+  }
+
+ private:
+  /// The copy stream waits for the work issued to the compute stream so far (not for later work).
+  void after_compute() {
+    check(cudaEventRecord(computed_, compute_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(copies_, computed_, 0), "cudaStreamWaitEvent");
   }
 
   int device_ = 0;

@@ -110,6 +110,9 @@ class EmulatedDevice {
     upload(dst, host, bytes);
     return {};
   }
+  // Batched tier copies: their gathers and scatters run when launched, like every launch here.
+  cuda::cu::Stream copy_stream() const { return nullptr; }
+  Completion copies_done() { return {}; }
 
  private:
   /// Whether [p, p + bytes) lies in one allocation of `in`.

@@ -6,6 +6,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -133,6 +134,30 @@ int main() {
       return 1;
     }
     report("sgemm", dy.get(), want, 1e-4);
+  }
+  {  // Page gather (16- and 4-byte words), then scatter into zeroed pages: the pieces the page list says.
+    const size_t page_floats = 64;
+    const std::vector<float> pool = random_values(10 * page_floats, 5);
+    const std::vector<int32_t> pages = {7, 2, 9, 0};
+    Device<int32_t> dpages(pages);
+    for (const size_t first : {size_t(0), size_t(3)}) {
+      const size_t n = page_floats - 2 * first;  // floats [first, first + n) of each page
+      std::vector<float> want;
+      for (int32_t p : pages) {
+        const auto piece = pool.begin() + long(size_t(p) * page_floats + first);
+        want.insert(want.end(), piece, piece + long(n));
+      }
+      Device<float> dpool(pool), dbuffer(want), dback(std::vector<float>(pool.size(), 0.0f));
+      cuda::launch_gather_pages(dpool.p, page_floats * 4, dpages.p, int(pages.size()), first * 4, n * 4, dbuffer.p,
+                                nullptr);
+      report(first == 0 ? "gather16" : "gather4", dbuffer.get(), want, 0.0);
+      cuda::launch_scatter_pages(dbuffer.p, dback.p, page_floats * 4, dpages.p, int(pages.size()), first * 4, n * 4,
+                                 nullptr);
+      std::vector<float> back_want(pool.size(), 0.0f);
+      for (size_t i = 0; i < pages.size(); ++i)
+        std::copy_n(want.begin() + long(i * n), n, back_want.begin() + long(size_t(pages[i]) * page_floats + first));
+      report(first == 0 ? "scatter16" : "scatter4", dback.get(), back_want, 0.0);
+    }
   }
   std::printf("cuda_selftest: %s\n", failures ? "FAILED" : "all checks passed");
   return failures ? 1 : 0;
