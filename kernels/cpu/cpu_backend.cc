@@ -98,11 +98,7 @@ class CpuBackend final : public Backend {
   }
   // Batched tier copies: every page and the range checked first, then one job of a memcpy per page.
   Completion copy_pages_to_host(std::span<const PageId> pages, ByteRange range, void* dst) override {
-    std::vector<const std::byte*> from;
-    for (PageId p : pages) {
-      pages_.check_range(p, range);
-      from.push_back(pages_.get(p) + range.offset);
-    }
+    std::vector<std::byte*> from = checked_pieces(pages, range);
     if (from.empty()) return {};
     return copies_.submit([from = std::move(from), range, to = static_cast<std::byte*>(dst)] {
       for (size_t i = 0; i < from.size(); ++i) std::memcpy(to + i * range.bytes, from[i], range.bytes);
@@ -110,11 +106,7 @@ class CpuBackend final : public Backend {
   }
   Completion copy_pages_from_host(const void* src, std::span<const PageId> pages, ByteRange range) override {
     require_distinct_pages(pages);
-    std::vector<std::byte*> to;
-    for (PageId p : pages) {
-      pages_.check_range(p, range);
-      to.push_back(pages_.get(p) + range.offset);
-    }
+    std::vector<std::byte*> to = checked_pieces(pages, range);
     if (to.empty()) return {};
     return copies_.submit([to = std::move(to), range, from = static_cast<const std::byte*>(src)] {
       for (size_t i = 0; i < to.size(); ++i) std::memcpy(to[i], from + i * range.bytes, range.bytes);
@@ -122,6 +114,16 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  /// Where `range` of each page lies, every page and the range checked first (std::out_of_range).
+  std::vector<std::byte*> checked_pieces(std::span<const PageId> pages, ByteRange range) {
+    std::vector<std::byte*> at;
+    at.reserve(pages.size());
+    for (PageId p : pages) {
+      pages_.check_range(p, range);
+      at.push_back(pages_.get(p) + range.offset);
+    }
+    return at;
+  }
   int n_threads_ = 1;
   cpu::PageTable pages_;
   cpu::CopyWorker copies_;  // declared last: its thread stops (after finishing its jobs) before the pages go

@@ -46,6 +46,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -577,16 +578,16 @@ class CoreBackend final : public choreo::kernels::Backend {
     r.data_bytes = pages.size() * range.bytes;
     return r;
   }
-  /// Device memory of one batched copy, and the page numbers it was given from host memory: reused once its
-  /// copy is done (the copy stream may read or write both until then).
+  /// Device memory of one batched copy, and the pinned host memory its page numbers are uploaded from: reused
+  /// once its copy is done (the copy stream may read or write both until then).
   struct Transfer {
     Scratch memory;
-    std::vector<int32_t> index;
-    int32_t* pinned_index = nullptr;  // index's copy in pinned host memory, what the upload reads
+    int32_t* pinned_index = nullptr;  // page numbers, in pinned host memory (alloc_host)
     size_t pinned_capacity = 0;       // elements
+    size_t n_index = 0;               // page numbers of the current copy
     Completion done;
     cu::Ptr<const int32_t> indices(const PageRun& r) const {
-      return cu::make_ptr(reinterpret_cast<const int32_t*>(memory.memory), index.size()) + ptrdiff_t(r.first);
+      return cu::make_ptr(reinterpret_cast<const int32_t*>(memory.memory), n_index) + ptrdiff_t(r.first);
     }
     template <class Word>
     cu::Ptr<Word> pieces(const PageRun& r, const PageRuns& runs) const {
@@ -595,9 +596,9 @@ class CoreBackend final : public choreo::kernels::Backend {
              ptrdiff_t(r.first * runs.range_bytes / sizeof(Word));
     }
   };
-  /// A transfer buffer whose last copy is done, grown to hold these runs; their page numbers are moved to it
-  /// and on their way to its device memory on the copy stream.
-  Transfer& transfer(PageRuns& runs) {
+  /// A transfer buffer whose last copy is done, grown to hold these runs; their page numbers are copied to its
+  /// pinned memory and on their way to its device memory on the copy stream.
+  Transfer& transfer(const PageRuns& runs) {
     const size_t bytes = runs.data_at + runs.data_bytes;
     auto idle = std::find_if(transfers_.begin(), transfers_.end(),
                              [&](const Transfer& t) { return t.done.ready() && t.memory.bytes >= bytes; });
@@ -605,16 +606,16 @@ class CoreBackend final : public choreo::kernels::Backend {
       idle = std::find_if(transfers_.begin(), transfers_.end(), [](const Transfer& t) { return t.done.ready(); });
     Transfer& t = idle != transfers_.end() ? *idle : transfers_.emplace_back();
     reserve(t.memory, bytes);
-    t.index = std::move(runs.index);
-    if (t.pinned_capacity < t.index.size()) {
-      if (t.pinned_index) dev_->release_host(t.pinned_index);
-      t.pinned_index = nullptr;
+    t.n_index = runs.index.size();
+    if (t.pinned_capacity < t.n_index) {
+      if (t.pinned_index) dev_->release_host(std::exchange(t.pinned_index, nullptr));
       t.pinned_capacity = 0;
-      t.pinned_index = static_cast<int32_t*>(dev_->alloc_host(std::max<size_t>(t.index.size(), 64) * sizeof(int32_t)));
-      t.pinned_capacity = std::max<size_t>(t.index.size(), 64);
+      const size_t capacity = std::max<size_t>(t.n_index, 64);
+      t.pinned_index = static_cast<int32_t*>(dev_->alloc_host(capacity * sizeof(int32_t)));
+      t.pinned_capacity = capacity;
     }
-    std::copy(t.index.begin(), t.index.end(), t.pinned_index);
-    dev_->from_host_async(t.memory.memory, t.pinned_index, t.index.size() * sizeof(int32_t));
+    std::copy(runs.index.begin(), runs.index.end(), t.pinned_index);
+    dev_->from_host_async(t.memory.memory, t.pinned_index, t.n_index * sizeof(int32_t));
     return t;
   }
   /// Launches, on the copy stream, gather_pages (from the arenas into the transfer buffer) or scatter_pages
