@@ -23,6 +23,7 @@
 //   template <class T> cu::Ptr<T> global(T* p, size_t n, const char* what) const;  // a caller's array
 //   cu::Stream stream() const;                      // the stream every launch and copy above goes to
 //   void launched(const char* kernel);              // after every launch: device errors are checked here
+//   void gemm(const blas::Gemm& g);                 // a product of device arrays on the stream (blas.h)
 //   void synchronize();                             // every launch and copy done (before memory is moved)
 //   kernels::Completion to_host_async(void* host, const void* src, size_t bytes);    // tier copies
 //   kernels::Completion from_host_async(void* dst, const void* host, size_t bytes);
@@ -51,6 +52,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/backend_errors.h"
+#include "kernels/cuda/blas.h"
 #include "kernels/cuda/kernel_args.h"
 #include "kernels/cuda/kernels/attention.cuh"
 #include "kernels/cuda/kernels/attention_tiled.cuh"
@@ -82,7 +84,7 @@ class CoreBackend final : public choreo::kernels::Backend {
   ~CoreBackend() override {
     dev_->synchronize();
     for (Arena& a : arenas_) dev_->release(a.memory);
-    for (Scratch* s : {&staging_, &part_m_, &part_l_, &part_acc_})
+    for (Scratch* s : {&staging_, &part_m_, &part_l_, &part_acc_, &narrowed_})
       if (s->memory) dev_->release(s->memory);
     for (Transfer& t : transfers_) {
       dev_->release(t.memory.memory);
@@ -140,9 +142,15 @@ class CoreBackend final : public choreo::kernels::Backend {
   }
   Weight upload_table(const Weight& table) override { return upload_weight(table); }
 
+  /// F32, F16 and BF16 weights: one GEMM in cuBLAS's conventions (kernels/cuda/blas.h: on a GPU cuBLASLt with
+  /// a pinned algorithm, in emulation a CPU GEMM summing over k in order), the activations rounded to the
+  /// weight's type first when it is F16 or BF16 (cuBLAS's operands share one type; llama.cpp's CUDA backend
+  /// does the same). The quantised formats: the linear kernel, dequantising the blocks on the fly. Either way a
+  /// row's bits do not depend on the other rows of the product.
   void matmul(const Weight& w, const float* x, int n, float* y) override {
     if (n <= 0 || w.n_out == 0) return;
     std::lock_guard lock(mutex_);
+    if (const std::optional<blas::Type> t = gemm_type(w)) return gemm_product(w, *t, x, n, y);
     const WeightView v = view(w);
     cu::launch("linear", kernels::linear, Dim3(kernels::linear_output_blocks(int(w.n_out)), kernels::linear_row_groups(n)),
                Dim3(32 * kernels::kLinearWarps), 0, dev_->stream(), v.args, v.f32, v.bytes,
@@ -418,6 +426,35 @@ class CoreBackend final : public choreo::kernels::Backend {
     std::vector<std::byte> host_;
   };
 
+  /// The GEMM operand type of a weight cuBLAS takes as stored (rows a whole number of elements apart).
+  static std::optional<blas::Type> gemm_type(const Weight& w) {
+    const std::optional<blas::Type> t = w.type == DType::F32    ? std::optional(blas::Type::F32)
+                                        : w.type == DType::F16  ? std::optional(blas::Type::F16)
+                                        : w.type == DType::BF16 ? std::optional(blas::Type::BF16)
+                                                                : std::nullopt;
+    if (!t || w.row_stride % size_t(blas::type_bytes(*t)) != 0) return std::nullopt;
+    return t;
+  }
+  void gemm_product(const Weight& w, blas::Type t, const float* x, int n, float* y) {
+    if (!w.packed) throw std::logic_error("a weight the CUDA backend has not uploaded (Backend::upload_weight)");
+    const size_t inputs = size_t(n) * size_t(w.n_in), bytes = size_t(blas::type_bytes(t));
+    checked(x, inputs, "matmul input");  // counts of elements
+    checked(y, size_t(n) * size_t(w.n_out), "matmul output");
+    checked(static_cast<const std::byte*>(w.packed.get()), weight_bytes(w), "weight");
+    const void* operand = x;
+    if (t != blas::Type::F32) {
+      reserve(narrowed_, inputs * bytes);
+      const cu::Ptr<uint16_t> out = cu::make_ptr(reinterpret_cast<uint16_t*>(narrowed_.memory), inputs);
+      cu::launch("narrow", kernels::narrow, Dim3(kernels::grid_stride_blocks(inputs)), Dim3(256), 0, dev_->stream(),
+                 arg(x, inputs), inputs, t == blas::Type::BF16 ? 1 : 0, out);
+      dev_->launched("narrow");
+      operand = narrowed_.memory;
+    }
+    dev_->gemm(blas::linear(w.packed.get(), int(w.n_out), int(w.n_in), operand, n, y, false, t,
+                            int(w.row_stride / bytes)));
+    dev_->launched("gemm");
+  }
+
   static kernels::WeightFormat weight_format(DType t) {
     switch (t) {
       case DType::F32: return kernels::WeightFormat::F32;
@@ -483,9 +520,10 @@ class CoreBackend final : public choreo::kernels::Backend {
   cu::Ptr<T> arg(T* p, size_t n) const {
     return dev_->global(p, n, "kernel argument");
   }
+  /// p, once the device has checked that its n elements are its memory.
   template <class T>
-  T* checked(T* p, size_t bytes, const char* what) const {
-    if (bytes > 0) dev_->global(p, bytes, what);
+  T* checked(T* p, size_t n, const char* what) const {
+    if (n > 0) dev_->global(p, n, what);
     return p;
   }
   /// At least `bytes` bytes of scratch; the contents are not kept.
@@ -648,6 +686,7 @@ class CoreBackend final : public choreo::kernels::Backend {
   int n_threads_ = 1;
   std::vector<Arena> arenas_;
   Scratch staging_, part_m_, part_l_, part_acc_;
+  Scratch narrowed_;  // f16 / bf16 activations of a product by F16 / BF16 weights
   float* dummy_ = nullptr;  // the KV pool argument of a launch with no pages
   std::atomic<size_t> kv_budget_ = 0;  // set_kv_budget's; 0: none set
 };

@@ -20,15 +20,16 @@ void check(const Gemm& g) {
   if (g.ldc < std::max(1, g.m)) bad("ldc is below the rows of C");
 }
 
-Gemm linear(const float* w, int n_out, int n_in, const float* x, int rows, float* y, bool accumulate) {
+Gemm linear(const void* w, int n_out, int n_in, const void* x, int rows, float* y, bool accumulate, Type type, int w_ld) {
   Gemm g;
+  g.type = type;
   g.op_a = Op::T;  // W row-major n_out x n_in is column-major n_in x n_out (ld n_in); op_T gives n_out x n_in
   g.op_b = Op::N;  // x row-major rows x n_in is column-major n_in x rows (ld n_in)
   g.m = n_out;
   g.n = rows;
   g.k = n_in;
   g.a = w;
-  g.lda = n_in;
+  g.lda = w_ld > 0 ? w_ld : n_in;
   g.b = x;
   g.ldb = n_in;
   g.beta = accumulate ? 1.0f : 0.0f;

@@ -1,7 +1,8 @@
 // The CUDA kernels as a whole backend (kernels::make_cuda_emulated_backend: every operation a kernel of
 // kernels/cuda/kernels run by the block emulator, every launch checked for out-of-bounds accesses and races):
-// - the matrix-product kernel against a float64 product of the dequantised weight, in every weight format it
-//   reads, and a row's bits the same alone and in batches of any size;
+// - the matrix products (cuBLAS's GEMM for F32, F16 and BF16 weights, the linear kernel for the quantised
+//   formats) against a float64 product of the dequantised weight, and a row's bits the same alone and in
+//   batches of any size;
 // - stories260K on it: the greedy continuation shared/README.md gives (llama.cpp's and llama2.c's), and final
 //   logits within float rounding of the CPU backend's;
 // - KV pages it writes in f32, f16 and q8_0 are byte for byte the CPU backend's;
@@ -113,7 +114,7 @@ struct StoredWeight {
   }
 };
 
-TEST_CASE("cuda backend (emulated): the product kernel is a float64 product within rounding, in every weight format, and batch invariant") {
+TEST_CASE("cuda backend (emulated): the products are float64 products within rounding, in every weight format, and batch invariant") {
   kernels::Backend& be = emulated();
   const int n_in = 96, n_out = 37, n = 5;  // outputs not a multiple of the 8 per block
   const std::vector<float> x = random_values(size_t(n) * n_in, 5, 2.0f);
@@ -122,7 +123,19 @@ TEST_CASE("cuda backend (emulated): the product kernel is a float64 product with
     const StoredWeight sw(type, n_out, n_in, 17);
     const kernels::Weight w = be.upload_weight(sw.w);
     const std::vector<float> y = product(be, w, x.data(), n);
-    // Against float64 over the weight as stored (dequantised by kernels/quant.cc).
+    // Against float64 over the weight as stored (dequantised by kernels/quant.cc). F32, F16 and BF16 weights go
+    // to cuBLAS (in emulation a GEMM summing over k in order), whose operands share the weight's type: the
+    // activations are rounded to it first (kernels/quant.cc's rounding), and a sum of n_in terms in order is
+    // within n_in units of rounding (2^-24) of their magnitude. The linear kernel of the quantised formats keeps
+    // f32 activations and sums in lanes, within 1e-6.
+    const bool gemm = type == DType::F32 || type == DType::F16 || type == DType::BF16;
+    std::vector<float> operand = x;
+    if (type != DType::F32 && gemm)
+      for (float& v : operand) {
+        std::vector<uint8_t> narrow(kernels::row_bytes(type, 1));
+        kernels::quantize_row(type, &v, narrow.data(), 1);
+        kernels::dequantize_row(type, narrow.data(), &v, 1);
+      }
     std::vector<float> row(n_in);
     double worst = 0;
     for (int o = 0; o < n_out; ++o) {
@@ -130,13 +143,13 @@ TEST_CASE("cuda backend (emulated): the product kernel is a float64 product with
       for (int r = 0; r < n; ++r) {
         double want = 0, magnitude = 0;
         for (int k = 0; k < n_in; ++k) {
-          want += double(row[size_t(k)]) * double(x[size_t(r) * n_in + k]);
-          magnitude += std::abs(double(row[size_t(k)]) * double(x[size_t(r) * n_in + k]));
+          want += double(row[size_t(k)]) * double(operand[size_t(r) * n_in + k]);
+          magnitude += std::abs(double(row[size_t(k)]) * double(operand[size_t(r) * n_in + k]));
         }
         worst = std::max(worst, std::abs(double(y[size_t(r) * n_out + o]) - want) / magnitude);
       }
     }
-    CHECK(worst < 1e-6);
+    CHECK(worst < (gemm ? n_in * 0x1p-24 : 1e-6));
     // Each row alone, and the rows in another batch (reversed, with a copy of row 2): the same bits.
     for (int r = 0; r < n; ++r) {
       const std::vector<float> alone = product(be, w, x.data() + size_t(r) * n_in, 1);

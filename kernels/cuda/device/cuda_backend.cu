@@ -14,8 +14,9 @@
 //   it), and complete through a host callback on that stream, so compute never waits for them.
 // - Errors: every runtime call is checked; after every launch cudaGetLastError names the kernel (run with
 //   CUDA_LAUNCH_BLOCKING=1 to attribute an asynchronous fault to its launch).
-// Not done yet: cuBLAS in the matrix products (kernels/cuda/blas.h; docs/cuda.md says why not yet). Tier
-// copies whose host side is not alloc_host memory (T2 entries, buffers written to T2 and T3) are pageable:
+// - Products of F32, F16 and BF16 weights: cuBLASLt with one algorithm pinned per shape (device/gemm_lt.h), on
+//   the compute stream.
+// Not done yet: tier copies whose host side is not alloc_host memory (T2 entries, buffers written to T2 and T3) are pageable:
 // the driver stages them (docs/cuda.md).
 
 #include <cuda_runtime.h>
@@ -28,6 +29,7 @@
 #include "kernels/cuda/backend_core.h"
 #include "kernels/cuda/backend_errors.h"
 #include "kernels/cuda/device/cuda_backend.h"
+#include "kernels/cuda/device/gemm_lt.h"
 
 namespace choreo::cuda {
 
@@ -45,6 +47,7 @@ class CudaDevice {
     check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     check(cudaStreamCreateWithFlags(&copies_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     check(cudaEventCreateWithFlags(&computed_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    gemm_ = std::make_unique<PinnedGemm>();  // after cudaSetDevice: its handle belongs to this device
   }
   CudaDevice(const CudaDevice&) = delete;
   CudaDevice& operator=(const CudaDevice&) = delete;
@@ -104,6 +107,7 @@ class CudaDevice {
   }
   cu::Stream stream() const { return compute_; }
   void launched(const char* kernel) { check(cudaGetLastError(), kernel); }
+  void gemm(const blas::Gemm& g) { gemm_->run(g, compute_); }
   void synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
   choreo::kernels::Completion to_host_async(void* host, const void* src, size_t bytes) {
@@ -145,6 +149,7 @@ class CudaDevice {
   int device_ = 0;
   cudaStream_t compute_ = nullptr, copies_ = nullptr;
   cudaEvent_t computed_ = nullptr;
+  std::unique_ptr<PinnedGemm> gemm_;
 };
 
 }  // namespace

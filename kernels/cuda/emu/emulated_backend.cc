@@ -99,6 +99,8 @@ class EmulatedDevice {
   }
   cuda::cu::Stream stream() const { return nullptr; }
   void launched(const char*) {}  // the emulator throws emu::EmulationError from the launch itself
+  /// cuBLAS in emulation: kernels/cuda/blas.h's CPU GEMM (every element summed over k in order).
+  void gemm(const cuda::blas::Gemm& g) { cuda::blas::gemm_emulated(g); }
   void synchronize() {}
   Completion to_host_async(void* host, const void* src, size_t bytes) {
     count_copy(host, bytes);

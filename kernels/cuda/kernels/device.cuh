@@ -45,6 +45,14 @@ CHOREO_HOST_DEVICE inline uint32_t float_to_half_bits(float value) {
   return sign | half_bits;
 }
 
+/// float -> bfloat16 bits, rounded to nearest even (NaN kept quiet), as kernels/quant.cc's fp32_to_bf16.
+CHOREO_HOST_DEVICE inline uint32_t float_to_bf16_bits(float value) {
+  uint32_t bits;
+  memcpy(&bits, &value, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return (bits >> 16) | 0x40u;
+  return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+}
+
 /// The global index of this thread and the grid's stride, for grid-stride loops.
 CHOREO_DEVICE inline size_t global_index() {
   return size_t(cu::block_idx().x) * cu::block_dim().x + cu::thread_idx().x;

@@ -37,6 +37,13 @@ CHOREO_GLOBAL void rmsnorm(cu::Ptr<const float> x, cu::Ptr<const float> w, int d
   for (int i = int(t); i < dim; i += int(threads)) out[row + i] = x[row + i] * s * w[i];
 }
 
+/// out = x rounded to f16 (bf16 0) or bf16 (bf16 1) bits, nearest even, over n values (a grid-stride loop):
+/// the activations of a product by f16 or bf16 weights in cuBLAS, whose operands share one type.
+CHOREO_GLOBAL void narrow(cu::Ptr<const float> x, size_t n, int bf16, cu::Ptr<uint16_t> out) {
+  for (size_t i = global_index(); i < n; i += grid_stride())
+    out[i] = uint16_t(bf16 ? float_to_bf16_bits(x[i]) : float_to_half_bits(x[i]));
+}
+
 /// out = silu(gate) * up, elementwise over n values (a grid-stride loop).
 CHOREO_GLOBAL void swiglu(cu::Ptr<const float> gate, cu::Ptr<const float> up, size_t n, cu::Ptr<float> out) {
   for (size_t i = global_index(); i < n; i += grid_stride()) {
