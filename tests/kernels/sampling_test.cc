@@ -1,5 +1,6 @@
 // The sampling helpers through the Backend interface (top_k, softmax), checked against values computed here:
-// a brute-force std::sort with the sampler's comparator for top_k, a float64 softmax, model::argmax. Written against
+// a brute-force std::sort with the sampler's comparator for top_k, a float64 softmax, model::argmax, and
+// model::Sampler::sample on the logits for the draws made from a backend's candidates. Written against
 // kernels::Backend only, and run on every backend of testing::conformance_backends() (the CPU's, and the CUDA
 // kernels in the block emulator, whose race detector and bounds checks would throw). Logits are drawn on a
 // grid of 1/4 so that ties are common.
@@ -10,6 +11,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -17,7 +19,7 @@
 #include <doctest/doctest.h>
 
 #include "kernels/backend.h"
-#include "runtime/model/sampler.h"  // model::argmax
+#include "runtime/model/sampler.h"
 #include "tests/test_models.h"
 
 namespace choreo {
@@ -176,6 +178,54 @@ TEST_CASE("sampling: top_k refuses k outside [1, n_vocab] and softmax a temperat
     be.top_k(logits.data(), 0, 64, 64, ids.data(), values.data());
     be.softmax(logits.data(), 0, 64, 1.0f, out.data());
   }
+}
+
+TEST_CASE("sampling: Sampler::sample_candidates on a backend's top_k draws what Sampler::sample draws on the logits") {
+  const int vocab = 500;
+  const std::vector<float> logits = tied_logits(vocab, 23, 1.5f);
+  struct Setting {
+    float temperature;
+    int top_k;
+    float top_p;
+  };
+  // Greedy, top-k 1, a top-p cut, no top-p, no top-k (the whole vocabulary as candidates), a hot temperature.
+  const Setting settings[] = {{0.8f, 40, 0.95f}, {0.0f, 40, 0.95f}, {0.7f, 1, 0.9f},
+                              {1.5f, 5, 1.0f},   {1.0f, 0, 0.5f},   {3.0f, 64, 0.99f}};
+  for (const testing::NamedBackend& backend : testing::conformance_backends()) {
+    for (const Setting& s : settings) {
+      INFO(backend.name << ": temperature " << s.temperature << ", top_k " << s.top_k << ", top_p " << s.top_p);
+      const int k = s.top_k > 0 ? s.top_k : vocab;
+      const Picks p = device_top_k(backend.backend, logits, 1, vocab, k);
+      // More candidates than top_k: the extra ones are ignored.
+      const Picks more = device_top_k(backend.backend, logits, 1, vocab, std::min(vocab, k + 24));
+      std::set<model::Token> drawn;
+      for (uint64_t seed = 0; seed < 50; ++seed) {
+        const model::SamplingParams params{s.temperature, s.top_k, s.top_p, seed};
+        model::Sampler on_logits(params), on_candidates(params), on_more(params);
+        for (int draw = 0; draw < 3; ++draw) {  // the generators stay in step
+          const model::Token want = on_logits.sample(logits);
+          CHECK(on_candidates.sample_candidates(p.values, p.ids) == want);
+          CHECK(on_more.sample_candidates(more.values, more.ids) == want);
+          drawn.insert(want);
+        }
+      }
+      // A stochastic setting draws more than one token, so the draws were really compared.
+      if (s.temperature > 0.0f && s.top_k != 1) CHECK(drawn.size() > 1);
+    }
+  }
+}
+
+TEST_CASE("sampling: Sampler::sample_candidates refuses empty, unequal and unsorted candidates") {
+  model::Sampler sampler(model::SamplingParams{});
+  const std::vector<float> values = {3.0f, 2.0f, 2.0f}, empty;
+  const std::vector<int32_t> ids = {4, 1, 7}, unsorted_ids = {4, 7, 1}, two = {4, 1}, no_ids;
+  CHECK_THROWS_AS(sampler.sample_candidates(empty, no_ids), std::invalid_argument);
+  CHECK_THROWS_AS(sampler.sample_candidates(values, two), std::invalid_argument);
+  CHECK_THROWS_AS(sampler.sample_candidates(values, unsorted_ids), std::invalid_argument);
+  const std::vector<float> ascending = {1.0f, 2.0f, 3.0f};
+  CHECK_THROWS_AS(sampler.sample_candidates(ascending, ids), std::invalid_argument);
+  const model::Token t = sampler.sample_candidates(values, ids);
+  CHECK((t == 4 || t == 1 || t == 7));
 }
 
 }  // namespace
