@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <future>
+#include <limits>
 #include <memory>
 #include <new>
 #include <optional>
@@ -251,6 +252,21 @@ class Backend {
   virtual void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& kv,
                          std::span<const AttentionGroup> groups, const RopeParams& rope, float scale,
                          float* out) = 0;
+
+  // ---- Sampling helpers (issue 14): on the logits where they were computed, so that only candidates
+  // travel to the host. Every row is computed on its own, in a fixed order: a row's results never depend on
+  // n_rows (batch invariance). Logits must not be NaN.
+  /// For each of n_rows rows of n_vocab logits, the k largest in model::Sampler's order: value descending,
+  /// ties broken by the lower index first; row r's are written to ids[r*k, (r+1)*k) (their indices in the
+  /// row) and values[r*k, (r+1)*k) (the logits, exactly). k = 1 is model::argmax (the first index on ties).
+  /// logits, ids and values are the backend's memory. k < 1 or k > n_vocab, or n_rows < 0, throws
+  /// std::invalid_argument (check_top_k).
+  virtual void top_k(const float* logits, int n_rows, int n_vocab, int k, int32_t* ids, float* values) = 0;
+  /// out[r, i] = exp((x[r, i] - max_r) / temperature) / sum_r over n_rows rows of n values, with the
+  /// exponentials in double and summed in double in an order fixed by n alone; each result rounded once to
+  /// float. x and out ([n_rows, n]) are the backend's memory. temperature <= 0 (or not finite), n < 1 or
+  /// n_rows < 0 throws std::invalid_argument (check_softmax).
+  virtual void softmax(const float* x, int n_rows, int n, float temperature, float* out) = 0;
 };
 
 /// An array of T in a backend's memory (Backend::alloc), released with it. Its elements are not readable from
@@ -300,6 +316,23 @@ inline void require_distinct_pages(std::span<const PageId> pages) {
   const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
   if (twice != sorted.end())
     throw std::invalid_argument("a copy to KV pages lists page " + std::to_string(*twice) + " twice");
+}
+
+/// Throws std::invalid_argument unless top_k's arguments are valid: 1 <= k <= n_vocab, n_rows >= 0.
+inline void check_top_k(int n_rows, int n_vocab, int k) {
+  if (n_rows < 0) throw std::invalid_argument("top_k over " + std::to_string(n_rows) + " rows");
+  if (k < 1 || k > n_vocab)
+    throw std::invalid_argument("top_k: k = " + std::to_string(k) + " is outside [1, " + std::to_string(n_vocab) +
+                                "] (the row's logits)");
+}
+/// Throws std::invalid_argument unless softmax's arguments are valid: temperature > 0 and finite, n >= 1,
+/// n_rows >= 0.
+inline void check_softmax(int n_rows, int n, float temperature) {
+  if (n_rows < 0 || n < 1)
+    throw std::invalid_argument("softmax over " + std::to_string(n_rows) + " rows of " + std::to_string(n) + " values");
+  if (!(temperature > 0.0f) || temperature == std::numeric_limits<float>::infinity())
+    throw std::invalid_argument("softmax at temperature " + std::to_string(temperature) +
+                                ": it must be positive and finite");
 }
 
 /// The most threads a backend accepts (llama.cpp's limit too); far more than this exhausts the process.

@@ -14,6 +14,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pages.h"
+#include "kernels/cpu/sampling.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace choreo::kernels {
@@ -68,6 +69,12 @@ class CpuBackend final : public Backend {
                  std::span<const AttentionGroup> groups, const RopeParams& rope, float scale,
                  float* out) override {
     cpu::attention(layer, q, n_q, n_heads, kv, pages_, groups, rope, scale, out);
+  }
+  void top_k(const float* logits, int n_rows, int n_vocab, int k, int32_t* ids, float* values) override {
+    cpu::top_k(logits, n_rows, n_vocab, k, ids, values);
+  }
+  void softmax(const float* x, int n_rows, int n, float temperature, float* out) override {
+    cpu::softmax(x, n_rows, n, temperature, out);
   }
 
   PageId alloc_page(size_t bytes) override { return pages_.allocate(bytes); }

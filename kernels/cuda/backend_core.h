@@ -59,6 +59,7 @@
 #include "kernels/cuda/kernels/elementwise.cuh"
 #include "kernels/cuda/kernels/linear.cuh"
 #include "kernels/cuda/kernels/pages.cuh"
+#include "kernels/cuda/kernels/sampling.cuh"
 #include "kernels/cuda/portable.h"
 
 namespace choreo::cuda {
@@ -295,6 +296,27 @@ class CoreBackend final : public choreo::kernels::Backend {
     move_pieces(runs, t, range, true);
     t.done = dev_->copies_done();
     return t.done;
+  }
+
+  // ---- Sampling helpers (kernels/cuda/kernels/sampling.cuh): one block per row ----
+  void top_k(const float* logits, int n_rows, int n_vocab, int k, int32_t* ids, float* values) override {
+    choreo::kernels::check_top_k(n_rows, n_vocab, k);
+    if (n_rows == 0) return;
+    std::lock_guard lock(mutex_);
+    const size_t picks = size_t(n_rows) * size_t(k);
+    cu::launch("top_k", kernels::top_k, Dim3(kernels::sampling_blocks(n_rows)), Dim3(kernels::kSamplingThreads), 0,
+               dev_->stream(), arg(logits, size_t(n_rows) * size_t(n_vocab)), n_rows, n_vocab, k, arg(ids, picks),
+               arg(values, picks));
+    dev_->launched("top_k");
+  }
+  void softmax(const float* x, int n_rows, int n, float temperature, float* out) override {
+    choreo::kernels::check_softmax(n_rows, n, temperature);
+    if (n_rows == 0) return;
+    std::lock_guard lock(mutex_);
+    const size_t size = size_t(n_rows) * size_t(n);
+    cu::launch("softmax", kernels::softmax, Dim3(kernels::sampling_blocks(n_rows)), Dim3(kernels::kSamplingThreads), 0,
+               dev_->stream(), arg(x, size), n_rows, n, temperature, arg(out, size));
+    dev_->launched("softmax");
   }
 
   void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& kv,

@@ -69,6 +69,12 @@ void launch_gather_pages(const void* pool, size_t page_bytes, const int32_t* pag
 void launch_scatter_pages(const void* buffer, void* pool, size_t page_bytes, const int32_t* pages, int n_pages,
                           size_t offset, size_t bytes, cudaStream_t stream);
 
+/// The sampling helpers (kernels/cuda/kernels/sampling.cuh) on device pointers: each row's k largest logits
+/// (value descending, ties by the lower index) into ids and values ([rows, k]); a softmax at temperature of
+/// each row of n values into out.
+void launch_top_k(const float* logits, int rows, int n_vocab, int k, int32_t* ids, float* values, cudaStream_t stream);
+void launch_softmax(const float* x, int rows, int n, float temperature, float* out, cudaStream_t stream);
+
 /// kernels/cuda/blas.h's product on device pointers: cublasSgemmStridedBatched (throws on a cuBLAS error).
 void gemm_cublas(cublasHandle_t handle, const blas::Gemm& g);
 

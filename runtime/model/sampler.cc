@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace choreo::model {
 
@@ -11,15 +13,44 @@ Token argmax(std::span<const float> logits) {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
+namespace {
+
+/// Sampling's order of candidates: logit descending, ties by the lower token first (kernels::Backend::top_k's).
+bool by_logit(const std::pair<float, Token>& a, const std::pair<float, Token>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+}  // namespace
+
 Token Sampler::sample(std::span<const float> logits) {
   if (params_.temperature <= 0.0f) return argmax(logits);
   const int n = int(logits.size());
   candidates_.resize(n);
   for (int i = 0; i < n; ++i) candidates_[i] = {logits[i], Token(i)};
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  int keep = (params_.top_k > 0 && params_.top_k < n) ? params_.top_k : n;
+  const int keep = kept(n);
   std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_logit);
   candidates_.resize(keep);
+  return draw();
+}
+
+Token Sampler::sample_candidates(std::span<const float> values, std::span<const int32_t> ids) {
+  if (values.empty() || values.size() != ids.size())
+    throw std::invalid_argument("sample_candidates: " + std::to_string(values.size()) + " values and " +
+                                std::to_string(ids.size()) + " ids");
+  const int keep = kept(int(values.size()));
+  candidates_.resize(keep);
+  for (int i = 0; i < keep; ++i) {
+    candidates_[i] = {values[i], Token(ids[i])};
+    if (i > 0 && !by_logit(candidates_[i - 1], candidates_[i]))
+      throw std::invalid_argument("sample_candidates: candidate " + std::to_string(i) +
+                                  " is out of order (value descending, ties by the lower id)");
+  }
+  if (params_.temperature <= 0.0f) return candidates_[0].second;  // argmax: the first index on ties
+  return draw();
+}
+
+Token Sampler::draw() {
+  const int keep = int(candidates_.size());
   // Softmax at temperature, then the smallest prefix whose mass reaches top_p.
   const float max_logit = candidates_[0].first;
   std::vector<double>& probs = probs_;
