@@ -267,6 +267,10 @@ class Backend {
   /// float. x and out ([n_rows, n]) are the backend's memory. temperature <= 0 (or not finite), n < 1 or
   /// n_rows < 0 throws std::invalid_argument (check_softmax).
   virtual void softmax(const float* x, int n_rows, int n, float temperature, float* out) = 0;
+  /// Whether a decode should find its sampling candidates here (top_k) and download only those, rather than
+  /// download every logit and sample on the host: true for a device backend, where the logits are in device
+  /// memory; false for the CPU backend, whose logits are host memory already.
+  virtual bool prefers_device_sampling() const { return false; }
 };
 
 /// An array of T in a backend's memory (Backend::alloc), released with it. Its elements are not readable from
@@ -371,5 +375,9 @@ std::unique_ptr<Backend> make_backend(std::string_view name, int n_threads, int 
 /// (0 without CUDA, without a driver or without a GPU).
 bool built_with_cuda();
 int cuda_device_count();
+/// In a build with the CUDA backend, loads cuBLASLt as `--backend cuda` does when it makes its device (the
+/// library is opened with dlopen, not linked) and returns true; an InputError when it cannot be loaded or lacks
+/// a function the backend calls. False in a build without the CUDA backend. Needs no GPU.
+bool load_cuda_blas();
 
 }  // namespace choreo::kernels

@@ -30,6 +30,15 @@ int cuda_device_count() {
 #endif
 }
 
+bool load_cuda_blas() {
+#if defined(CHOREO_WITH_CUDA)
+  cuda::load_blas_library();
+  return true;
+#else
+  return false;
+#endif
+}
+
 namespace {
 
 /// $CHOREO_EMULATED_DEVICE_MIB (a test knob: the emulated device's memory), in bytes; 0 when unset.

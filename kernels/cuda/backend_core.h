@@ -109,6 +109,7 @@ class CoreBackend final : public choreo::kernels::Backend {
   void release_host(void* p) override { dev_->release_host(p); }
   std::optional<DeviceMemory> device_memory() const override { return dev_->memory(); }
   void set_kv_budget(size_t budget_bytes) override { kv_budget_ = budget_bytes; }
+  bool prefers_device_sampling() const override { return true; }
   /// The device layer (for tests of the emulated device).
   const Device& device() const { return *dev_; }
   void upload(void* dst, const void* host, size_t bytes) override {

@@ -93,6 +93,7 @@ Engine::Engine(ModelSet models, kv::PagePool& pool, Mode mode, int max_batch)
       mode_(mode),
       max_batch_(max_batch),
       n_ctx_(models_.n_ctx()) {
+  device_sampling_ = model().backend().prefers_device_sampling();
   const model::Vocab& vocab = model().vocab();
   bos_.assign(models_.size(), kv::kNoMessage);
   if (vocab.add_bos() && vocab.bos() >= 0) {
@@ -250,7 +251,24 @@ void Engine::encode_on(const model::Model& weights, std::span<Work*> work, Layer
       taken.push_back({i, k});
     }
     if (taken.empty()) break;
-    logits_.resize(batch_.logit_rows.size() * size_t(n_vocab));
+    // Only candidates when every work with logits in this pass wants no more (as many as the most any wants).
+    int top_k = 0;
+    for (auto [i, k] : taken) {
+      const Work& w = *work[i];
+      if (!w.want_logits || w.msg->n_encoded + k != int(w.msg->tokens.size())) continue;
+      if (w.candidates <= 0) {
+        top_k = 0;
+        break;
+      }
+      top_k = std::max(top_k, std::min(w.candidates, n_vocab));
+    }
+    const int per_row = top_k > 0 ? top_k : n_vocab;
+    logits_.resize(batch_.logit_rows.size() * size_t(per_row));
+    if (top_k > 0) {
+      top_ids_.resize(logits_.size());
+      batch_.top_k = top_k;
+      batch_.top_ids = top_ids_.data();
+    }
     // Rows of works given input hidden states start from them (all or none of a pass's works have them).
     if (!x_in_.empty()) batch_.x_in = x_in_.data();
     if (!pass.capture.empty()) {
@@ -273,7 +291,11 @@ void Engine::encode_on(const model::Model& weights, std::span<Work*> work, Layer
       row += size_t(k);
       w.msg->n_encoded += k;
       if (w.want_logits && w.msg->n_encoded == int(w.msg->tokens.size())) {
-        w.logits.assign(logits_.begin() + out * n_vocab, logits_.begin() + (out + 1) * n_vocab);
+        w.logits.assign(logits_.begin() + out * per_row, logits_.begin() + (out + 1) * per_row);
+        if (top_k > 0)
+          w.candidate_ids.assign(top_ids_.begin() + out * per_row, top_ids_.begin() + (out + 1) * per_row);
+        else
+          w.candidate_ids.clear();
         ++out;
       }
     }
@@ -488,9 +510,13 @@ void Engine::generate(std::span<const DecodeRequest> requests, std::vector<Work>
   encode(ptrs);
   std::vector<model::Sampler> samplers;
   std::vector<StopScanner> stops;
-  for (const DecodeRequest& r : requests) {
+  for (size_t i = 0; i < n; ++i) {
+    const DecodeRequest& r = requests[i];
     samplers.emplace_back(r.sampling);
     stops.emplace_back(r.stop);
+    // Only the candidates the sampler reads, when nothing else reads the logits (Engine::set_device_sampling).
+    if (device_sampling_ && r.forced.empty() && !r.record_logits && r.logprobs == 0)
+      works[i].candidates = r.sampling.temperature <= 0.0f ? 1 : std::max(0, r.sampling.top_k);
   }
   std::vector<bool> active(n, true);
   for (;;) {
@@ -520,7 +546,9 @@ void Engine::generate(std::span<const DecodeRequest> requests, std::vector<Work>
         any = true;
         continue;
       }
-      const model::Token t = r.forced.empty() ? samplers[i].sample(w.logits) : r.forced[res.generated.size()];
+      const model::Token t = !r.forced.empty()           ? r.forced[res.generated.size()]
+                             : w.candidate_ids.empty() ? samplers[i].sample(w.logits)
+                                                       : samplers[i].sample_candidates(w.logits, w.candidate_ids);
       if (res.generated.empty()) res.stats.ttft_ms = steady_ms() - t0;
       if (r.record_logits) res.logits.push_back(w.logits);
       if (r.logprobs > 0) {

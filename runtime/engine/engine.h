@@ -103,6 +103,12 @@ class Engine {
     return first;
   }
   void set_repositioning(Repositioning r) { repositioning_ = r; }
+  /// Whether decodes that sample with top_k, or greedily, and record neither logits nor logprobs take only
+  /// their candidates from the backend (kernels::Backend::top_k, model::Sampler::sample_candidates): the same
+  /// tokens, fewer bytes downloaded. Default: what the base model's backend prefers
+  /// (Backend::prefers_device_sampling: device backends yes, the CPU backend no).
+  void set_device_sampling(bool on) { device_sampling_ = on; }
+  bool device_sampling() const { return device_sampling_; }
   /// Position of the first parent token: 1 after the implicit BOS, 0 for models without BOS.
   int first_pos() const { return bos_.front() == kv::kNoMessage ? 0 : 1; }
   /// The implicit BOS `model` encoded, which every call on it attends to at position 0 (kNoMessage: none).
@@ -262,12 +268,14 @@ class Engine {
   std::map<std::pair<kv::MessageId, int>, kv::MessageId> encodings_on_;
   std::unique_ptr<CallMode> call_mode_;  // what mode_ does differently (runtime/engine/mode.h)
   Repositioning repositioning_ = Repositioning::QueryRotation;
+  bool device_sampling_ = false;  // set from the backend by the constructor
   store::DiskStore* disk_ = nullptr;
   store::RedisStore* remote_ = nullptr;
   bool persist_prefills_ = false;
   model::Batch batch_;
   model::RunState state_;
   std::vector<float> logits_;
+  std::vector<int32_t> top_ids_;  // candidates' tokens of a pass with model::Batch::top_k
   std::vector<float> x_in_, captured_;  // a pass's input hidden states and captured ones (LayerPass)
   uint64_t last_prefix_scope_ = 0;
   // Key re-rotation path: temporary pages holding re-rotated copies of parents.

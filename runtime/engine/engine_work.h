@@ -21,6 +21,12 @@ struct Engine::Work {
   // Where the hidden states a pass captures go, by layer (dim floats per token of msg, from its first), or
   // null.
   std::map<int, std::vector<float>>* captured = nullptr;
+  // > 0: only the `candidates` largest of those logits are wanted (a decode sampling with top_k, or greedy),
+  // found on the backend (model::Batch::top_k) when every work of the pass wants candidates; then `logits`
+  // holds their values and `candidate_ids` their tokens. Otherwise `logits` holds every logit and
+  // `candidate_ids` is empty.
+  int candidates = 0;
+  std::vector<int32_t> candidate_ids;
 };
 
 /// Messages a call is using: resident in T0 and not evictable until it ends.

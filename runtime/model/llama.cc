@@ -20,6 +20,8 @@ void Batch::clear() {
   kv_slot.clear();
   groups.clear();
   logit_rows.clear();
+  top_k = 0;
+  top_ids = nullptr;
   first_layer = 0;
   end_layer = -1;
   x_in = nullptr;
@@ -289,6 +291,15 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
   s.logits.reserve(be, logit_floats);
   be.matmul(output_, s.xb.data(), n_out, s.logits.data());
   if (lora) apply_lora(batch, -1, LoraTarget::Output, s.xb.data(), s.logits.data(), s);
+  if (batch.top_k > 0) {
+    const size_t candidates = size_t(n_out) * size_t(batch.top_k);
+    s.top_values.reserve(be, candidates);
+    s.top_ids.reserve(be, candidates);
+    be.top_k(s.logits.data(), n_out, c.n_vocab, batch.top_k, s.top_ids.data(), s.top_values.data());
+    be.download(logits, s.top_values.data(), sizeof(float) * candidates);
+    be.download(batch.top_ids, s.top_ids.data(), sizeof(int32_t) * candidates);
+    return;
+  }
   be.download(logits, s.logits.data(), sizeof(float) * logit_floats);
 }
 

@@ -66,6 +66,12 @@ struct Batch {
   };
   std::vector<Group> groups;
   std::vector<int32_t> logit_rows;  // rows whose logits are wanted, in output order
+  /// > 0: only each logit row's top_k largest logits are wanted, in model::Sampler's order (value descending,
+  /// ties by the lower id), found where the logits were computed (kernels::Backend::top_k), so that only
+  /// candidates travel to the host: forward writes their values to `logits` (top_k floats per logit row) and
+  /// their token ids to `top_ids`. 0: every logit.
+  int top_k = 0;
+  int32_t* top_ids = nullptr;
   /// The layers this pass runs: [first_layer, end_layer) (end_layer -1: to the last). Only those layers' K/V
   /// are written. With `x_in`, rows start from it (dim floats per row: each row's hidden state at the input of
   /// first_layer, the E cache of DESIGN.md §6) instead of the token embeddings. Logits are computed only by
@@ -89,6 +95,8 @@ struct RunState {
   kernels::Backend* backend = nullptr;  // whose memory the buffers are
   int capacity = 0;
   kernels::Buffer<float> x, xb, xb2, q, k, v, att, hb, hb2, logits_in, logits;
+  kernels::Buffer<float> top_values;  // Batch::top_k's candidates
+  kernels::Buffer<int32_t> top_ids;
   kernels::Buffer<float> lora_a, lora_b;  // LoRA: rows x rank, and rows x the adapted weight's n_out (grown on use)
   void reserve(kernels::Backend& backend, const LlamaConfig& c, int n_rows);
 };

@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -105,6 +107,20 @@ TEST_CASE("backend choice: no GPU, no CUDA build or an unknown name are errors w
   CHECK_THROWS_AS(kernels::make_backend("tpu", 1), InputError);
   if (kernels::cuda_device_count() == 0) CHECK_THROWS_AS(kernels::make_backend("cuda", 1), InputError);
   CHECK(kernels::make_backend("cuda-emulated", 1)->name() == "cuda-emulated");
+}
+
+TEST_CASE("backend choice: cuBLASLt is not linked into choreo, and a CUDA build loads it with every function it calls") {
+  // The half-gigabyte library would be mapped by every process (and stop choreo from starting under a tight
+  // address-space limit): the CUDA device backend opens it when it makes its device.
+  std::ifstream maps("/proc/self/maps");
+  const std::string mapped((std::istreambuf_iterator<char>(maps)), std::istreambuf_iterator<char>());
+  CHECK(mapped.find("libcublasLt") == std::string::npos);
+  if (!kernels::built_with_cuda()) {
+    CHECK_FALSE(kernels::load_cuda_blas());
+    return;
+  }
+  CHECK(kernels::load_cuda_blas());  // dlopen and dlsym need no GPU
+  CHECK(kernels::load_cuda_blas());  // once
 }
 
 }  // namespace

@@ -473,5 +473,54 @@ TEST_CASE("baselines: naive and prefix modes generate what a plain run on the co
   }
 }
 
+/// Decodes over one story with several sampling settings (greedy, top-k with and without top-p, no top-k
+/// limit, one call with logprobs) in one batch, with the engine's device sampling on or off.
+std::vector<runtime::DecodeResult> sampled_decodes(const model::Model& m, bool device_sampling) {
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(256) << 20);
+  Engine e(m, pool);
+  e.set_device_sampling(device_sampling);
+  const auto story = e.prefill({text(m, "Once upon a time, there was a girl named Sue."), {}, {}, "", kv::Visibility::Public}).id;
+  const model::SamplingParams settings[] = {{0.0f, 40, 0.95f, 1}, {0.9f, 40, 0.95f, 2}, {1.3f, 5, 1.0f, 3},
+                                            {0.7f, 0, 1.0f, 4},   {0.8f, 300, 0.9f, 5}};
+  std::vector<DecodeRequest> batch;
+  for (const model::SamplingParams& p : settings) {
+    DecodeRequest r;
+    r.header = text(m, " She");
+    r.parents = {{story, {}, {}}};
+    r.sampling = p;
+    r.max_tokens = 10;
+    batch.push_back(r);
+  }
+  std::vector<runtime::DecodeResult> out = e.decode_batch(batch);
+  // Alone, each sampling with top_k or greedily: a pass of candidates only when device sampling is on.
+  for (size_t i = 0; i < batch.size(); ++i) out.push_back(e.decode(batch[i]));
+  // One with logprobs: the full logits, beside one that could take candidates.
+  batch[0].logprobs = 3;
+  for (runtime::DecodeResult& r : e.decode_batch(std::span(batch).first(2))) out.push_back(std::move(r));
+  return out;
+}
+
+TEST_CASE("device sampling: decodes that take only their top-k candidates from the backend draw the tokens of full-logit sampling") {
+  for (testing::LoadedModel* lm : {&testing::stories260k(), &testing::stories260k_cuda_emulated()}) {
+    const model::Model& m = *lm->model;
+    CAPTURE(m.backend().name());
+    {
+      kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(16) << 20);
+      CHECK(Engine(m, pool).device_sampling() == m.backend().prefers_device_sampling());
+    }
+    const std::vector<runtime::DecodeResult> full = sampled_decodes(m, false), candidates = sampled_decodes(m, true);
+    REQUIRE(full.size() == candidates.size());
+    for (size_t i = 0; i < full.size(); ++i) {
+      CAPTURE(i);
+      CHECK(candidates[i].generated == full[i].generated);
+      CHECK(candidates[i].stop_reason == full[i].stop_reason);
+      REQUIRE(candidates[i].logprobs.size() == full[i].logprobs.size());
+    }
+    CHECK(!full.back().generated.empty());
+  }
+  CHECK(testing::stories260k_cuda_emulated().model->backend().prefers_device_sampling());
+  CHECK(!testing::stories260k().model->backend().prefers_device_sampling());
+}
+
 }  // namespace
 }  // namespace choreo

@@ -13,5 +13,7 @@ namespace choreo::cuda {
 std::unique_ptr<choreo::kernels::Backend> make_device_backend(int device);
 /// The devices the CUDA driver reports: 0 without a driver or a GPU.
 int device_count();
+/// Loads cuBLASLt (device/gemm_lt.cu) if it is not loaded yet: an InputError when it cannot be.
+void load_blas_library();
 
 }  // namespace choreo::cuda
