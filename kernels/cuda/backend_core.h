@@ -60,6 +60,7 @@
 #include "kernels/cuda/kernels/linear.cuh"
 #include "kernels/cuda/kernels/pages.cuh"
 #include "kernels/cuda/kernels/sampling.cuh"
+#include "kernels/cuda/pinned_pool.h"
 #include "kernels/cuda/portable.h"
 
 namespace choreo::cuda {
@@ -78,7 +79,10 @@ class CoreBackend final : public choreo::kernels::Backend {
   using DeviceMemory = choreo::kernels::Backend::DeviceMemory;
 
  public:
-  explicit CoreBackend(std::shared_ptr<Device> device) : dev_(std::move(device)) {
+  explicit CoreBackend(std::shared_ptr<Device> device)
+      : dev_(std::move(device)),
+        pinned_([dev = dev_](size_t bytes) { return dev->alloc_host(bytes); },
+                [dev = dev_](void* p) { dev->release_host(p); }) {
     dummy_ = static_cast<float*>(device_alloc(64));
     dev_->zero(dummy_, 64);
   }
@@ -105,8 +109,9 @@ class CoreBackend final : public choreo::kernels::Backend {
 
   void* alloc(size_t bytes) override { return device_alloc(std::max<size_t>(bytes, 1)); }
   void release(void* p) override { dev_->release(p); }
-  void* alloc_host(size_t bytes) override { return dev_->alloc_host(std::max<size_t>(bytes, 1)); }
-  void release_host(void* p) override { dev_->release_host(p); }
+  /// Pinned host memory from the pool (pinned_pool.h: a few large pinned allocations, not one per call).
+  void* alloc_host(size_t bytes) override { return pinned_.alloc(bytes); }
+  void release_host(void* p) override { pinned_.release(p); }
   std::optional<DeviceMemory> device_memory() const override { return dev_->memory(); }
   void set_kv_budget(size_t budget_bytes) override { kv_budget_ = budget_bytes; }
   bool prefers_device_sampling() const override { return true; }
@@ -705,6 +710,7 @@ class CoreBackend final : public choreo::kernels::Backend {
   std::vector<Transfer> transfers_;
 
   std::shared_ptr<Device> dev_;
+  PinnedPool pinned_;  // alloc_host: after dev_, whose alloc_host it draws on
   std::mutex mutex_;
   int n_threads_ = 1;
   std::vector<Arena> arenas_;
