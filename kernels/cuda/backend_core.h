@@ -17,6 +17,8 @@
 //   void* alloc_host(size_t bytes);                 // pinned host memory for tier copies; throws on failure
 //   void release_host(void* p);
 //   void upload(void* dst, const void* host, size_t bytes);      // done when it returns
+//   void upload_staged(void* dst, const void* host, size_t bytes);  // ordered on stream(); `host` (pageable)
+//                                                   // may be reused on return, the device copy may be pending
 //   void download(void* host, const void* src, size_t bytes);    // done when it returns
 //   void copy(void* dst, const void* src, size_t bytes);         // device to device, ordered with launches
 //   void zero(void* dst, size_t bytes);
@@ -442,7 +444,9 @@ class CoreBackend final : public choreo::kernels::Backend {
     }
     void commit() {
       be_.reserve(be_.staging_, host_.size());
-      be_.dev_->upload(be_.staging_.memory, host_.data(), host_.size());
+      // Not waited for: the launches that read it follow on the same stream, and so does the next operation's
+      // upload into the same memory.
+      be_.dev_->upload_staged(be_.staging_.memory, host_.data(), host_.size());
     }
     template <class T>
     cu::Ptr<const T> get(size_t at, size_t n) const {

@@ -8,7 +8,7 @@
 //   the tiers (alloc_host: T1's copies) is pinned, cudaHostAlloc / cudaFreeHost, so that tier copies from and
 //   to it are DMA transfers on the copy stream.
 // - Streams: every launch, copy and memset of an operation goes to one compute stream; upload and download
-//   wait for it (Backend: "done when they return"). Tier copies (copy_to_host / copy_from_host, and the
+//   wait for it (Backend: "done when they return"); an operation's staged metadata does not. Tier copies (copy_to_host / copy_from_host, and the
 //   batched copy_pages_to_host / copy_pages_from_host with their gather and scatter kernels) go to a second
 //   stream, after an event recorded on the compute stream (a page is copied only after the kernels that wrote
 //   it), and complete through a host callback on that stream, so compute never waits for them.
@@ -91,6 +91,12 @@ class CudaDevice {
   void upload(void* dst, const void* host, size_t bytes) {
     check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, compute_), "cudaMemcpyAsync (upload)");
     check(cudaStreamSynchronize(compute_), "cudaStreamSynchronize (upload)");
+  }
+  /// Per-call metadata: ordered on the compute stream, not waited for. From pageable memory the runtime has
+  /// copied the source before cudaMemcpyAsync returns (it stages it, or synchronises), so the caller may reuse
+  /// it; the launches that read the destination, and the next upload into it, come later on the same stream.
+  void upload_staged(void* dst, const void* host, size_t bytes) {
+    check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, compute_), "cudaMemcpyAsync (staged upload)");
   }
   void download(void* host, const void* src, size_t bytes) {
     check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, compute_), "cudaMemcpyAsync (download)");

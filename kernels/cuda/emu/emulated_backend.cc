@@ -86,6 +86,7 @@ class EmulatedDevice {
     return copies_;
   }
   void upload(void* dst, const void* host, size_t bytes) { std::memcpy(on_device(dst, bytes, "upload"), host, bytes); }
+  void upload_staged(void* dst, const void* host, size_t bytes) { upload(dst, host, bytes); }
   void download(void* host, const void* src, size_t bytes) { std::memcpy(host, on_device(src, bytes, "download"), bytes); }
   void copy(void* dst, const void* src, size_t bytes) {
     std::memmove(on_device(dst, bytes, "copy"), on_device(src, bytes, "copy"), bytes);
