@@ -222,6 +222,9 @@ void Engine::encode_on(const model::Model& weights, std::span<Work*> work, Layer
     batch_.end_layer = pass.end;
     x_in_.clear();
     std::vector<std::pair<size_t, int>> taken;  // (work index, tokens taken this step)
+    // Only candidates when every work with logits in this pass wants no more (as many as the most any wants).
+    int top_k = 0;
+    bool only_candidates = true;
     int budget = max_batch_;
     for (size_t i = 0; i < work.size() && budget > 0; ++i) {
       kv::Message& m = *work[i]->msg;
@@ -247,21 +250,17 @@ void Engine::encode_on(const model::Model& weights, std::span<Work*> work, Layer
       const model::LoraStack& lora = models_[size_t(m.model)].lora;
       g.lora = lora.empty() ? nullptr : &lora;
       batch_.groups.push_back(std::move(g));
-      if (work[i]->want_logits && m.n_encoded + k == int(m.tokens.size())) batch_.logit_rows.push_back(g.q_end - 1);
+      if (work[i]->want_logits && m.n_encoded + k == int(m.tokens.size())) {
+        batch_.logit_rows.push_back(g.q_end - 1);
+        if (work[i]->candidates > 0)
+          top_k = std::max(top_k, std::min(work[i]->candidates, n_vocab));
+        else
+          only_candidates = false;
+      }
       taken.push_back({i, k});
     }
     if (taken.empty()) break;
-    // Only candidates when every work with logits in this pass wants no more (as many as the most any wants).
-    int top_k = 0;
-    for (auto [i, k] : taken) {
-      const Work& w = *work[i];
-      if (!w.want_logits || w.msg->n_encoded + k != int(w.msg->tokens.size())) continue;
-      if (w.candidates <= 0) {
-        top_k = 0;
-        break;
-      }
-      top_k = std::max(top_k, std::min(w.candidates, n_vocab));
-    }
+    if (!only_candidates) top_k = 0;
     const int per_row = top_k > 0 ? top_k : n_vocab;
     logits_.resize(batch_.logit_rows.size() * size_t(per_row));
     if (top_k > 0) {

@@ -5,11 +5,11 @@
 // how many rows there are, so batch invariance is checked here through the whole forward pass.
 
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/kernels/device.cuh"
+#include "kernels/quant.h"
 
 namespace choreo::cuda::blas {
 
@@ -23,10 +23,7 @@ float element(const void* base, int64_t index) {
   } else if constexpr (T == Type::F16) {
     return kernels::half_to_float(static_cast<const uint16_t*>(base)[index]);
   } else {
-    const uint32_t bits = uint32_t(static_cast<const uint16_t*>(base)[index]) << 16;
-    float v;
-    std::memcpy(&v, &bits, 4);
-    return v;
+    return choreo::kernels::bf16_to_fp32(static_cast<const uint16_t*>(base)[index]);
   }
 }
 
