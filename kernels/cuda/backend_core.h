@@ -32,6 +32,8 @@
 //   cu::Stream copy_stream() const;                 // where the async copies above go (after the compute
 //                                                   // work issued before each): gathers and scatters too
 //   kernels::Completion copies_done();              // done when the copy stream's work issued so far is done
+//   void after_copies(std::function<void()> f);     // f runs on the host once the copy stream's work issued so
+//                                                   // far is done (f must not call the device)
 // A device allocation that does not fit is the InputError of throw_no_device_memory, the same on both devices,
 // naming the KV budget (set_kv_budget) beside the device's free memory.
 // Operations are serialised by one mutex (the tiers' copy thread calls copy_to_host / copy_from_host while the
@@ -42,6 +44,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -96,6 +99,7 @@ class CoreBackend final : public choreo::kernels::Backend {
     for (Transfer& t : transfers_) {
       dev_->release(t.memory.memory);
       if (t.pinned_index) dev_->release_host(t.pinned_index);
+      if (t.staged) pinned_.release(t.staged);
     }
     dev_->release(dummy_);
   }
@@ -284,23 +288,38 @@ class CoreBackend final : public choreo::kernels::Backend {
   // copy, waits for it: from_host_async), so compute never waits for them. A download gathers the pieces into
   // a transfer buffer, then makes one device-to-host copy; an upload makes one host-to-device copy, then
   // scatters. The transfer buffer (page numbers, then pieces) is not reused until the Completion is done.
+  // The host side of the device copy is always pinned: when the caller's memory is not the pinned pool's (a
+  // T2 entry's mapped file, a value read from Redis, a buffer written to T2 or T3), the pieces go through a
+  // staging range of the pool, filled before the upload (on the calling thread, outside the backend's lock)
+  // or emptied into the caller's memory by a host callback on the copy stream after the download. A staging
+  // range goes back to the pool once its copy is done (at the next batched copy, or with the backend).
   Completion copy_pages_to_host(std::span<const PageId> pages, ByteRange range, void* dst) override {
+    Staged staged = stage(dst, pages.size() * range.bytes, nullptr);
     std::lock_guard lock(mutex_);
     PageRuns runs = page_runs(pages, range);
     if (runs.data_bytes == 0) return {};
     Transfer& t = transfer(runs);
     move_pieces(runs, t, range, false);
-    t.done = dev_->to_host_async(dst, t.memory.memory + runs.data_at, runs.data_bytes);
+    if (!staged) {
+      t.done = dev_->to_host_async(dst, t.memory.memory + runs.data_at, runs.data_bytes);
+      return t.done;
+    }
+    dev_->to_host_async(staged.get(), t.memory.memory + runs.data_at, runs.data_bytes);
+    dev_->after_copies([dst, from = staged.get(), n = runs.data_bytes] { std::memcpy(dst, from, n); });
+    t.staged = staged.release();
+    t.done = dev_->copies_done();
     return t.done;
   }
   Completion copy_pages_from_host(const void* src, std::span<const PageId> pages, ByteRange range) override {
     choreo::kernels::require_distinct_pages(pages);
+    Staged staged = stage(src, pages.size() * range.bytes, src);
     std::lock_guard lock(mutex_);
     PageRuns runs = page_runs(pages, range);
     if (runs.data_bytes == 0) return {};
     Transfer& t = transfer(runs);
     // On the copy stream, so done before the scatter starts.
-    dev_->from_host_async(t.memory.memory + runs.data_at, src, runs.data_bytes);
+    dev_->from_host_async(t.memory.memory + runs.data_at, staged ? staged.get() : src, runs.data_bytes);
+    t.staged = staged.release();
     move_pieces(runs, t, range, true);
     t.done = dev_->copies_done();
     return t.done;
@@ -648,12 +667,27 @@ class CoreBackend final : public choreo::kernels::Backend {
     r.data_bytes = pages.size() * range.bytes;
     return r;
   }
+  /// A staging range of the pinned pool, returned to it unless handed to a Transfer.
+  struct PoolRelease {
+    PinnedPool* pool;
+    void operator()(void* p) const { pool->release(p); }
+  };
+  using Staged = std::unique_ptr<std::byte, PoolRelease>;
+  /// A pinned staging range for `bytes` of the caller's host memory at `host`, or null when that memory is the
+  /// pool's already (pinned) or there is nothing to copy; `fill_from`, when not null, is copied into it.
+  Staged stage(const void* host, size_t bytes, const void* fill_from) {
+    if (bytes == 0 || pinned_.owns(host, bytes)) return Staged(nullptr, PoolRelease{&pinned_});
+    Staged staged(static_cast<std::byte*>(pinned_.alloc(bytes)), PoolRelease{&pinned_});
+    if (fill_from) std::memcpy(staged.get(), fill_from, bytes);
+    return staged;
+  }
   /// Device memory of one batched copy, and the pinned host memory its page numbers are uploaded from: reused
   /// once its copy is done (the copy stream may read or write both until then).
   struct Transfer {
     Scratch memory;
     int32_t* pinned_index = nullptr;  // page numbers, in pinned host memory (alloc_host)
     size_t pinned_capacity = 0;       // elements
+    std::byte* staged = nullptr;      // the pinned pool's staging range for the caller's pageable memory, or null
     size_t n_index = 0;               // page numbers of the current copy
     Completion done;
     cu::Ptr<const int32_t> indices(const PageRun& r) const {
@@ -669,6 +703,8 @@ class CoreBackend final : public choreo::kernels::Backend {
   /// A transfer buffer whose last copy is done, grown to hold these runs; their page numbers are copied to its
   /// pinned memory and on their way to its device memory on the copy stream.
   Transfer& transfer(const PageRuns& runs) {
+    for (Transfer& t : transfers_)
+      if (t.staged && t.done.ready()) pinned_.release(std::exchange(t.staged, nullptr));
     const size_t bytes = runs.data_at + runs.data_bytes;
     auto idle = std::find_if(transfers_.begin(), transfers_.end(),
                              [&](const Transfer& t) { return t.done.ready() && t.memory.bytes >= bytes; });

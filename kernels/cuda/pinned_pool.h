@@ -84,6 +84,22 @@ class PinnedPool {
     }
   }
 
+  /// Whether [p, p + bytes) lies within one range this pool handed out and has not taken back.
+  bool owns(const void* p, size_t bytes) const {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+    std::lock_guard lock(mutex_);
+    auto it = chunks_.upper_bound(at);
+    if (it == chunks_.begin()) return false;
+    --it;
+    const Chunk& chunk = it->second;
+    const size_t offset = at - it->first;
+    if (offset >= chunk.bytes) return false;
+    auto used = chunk.used.upper_bound(offset);
+    if (used == chunk.used.begin()) return false;
+    --used;
+    return offset + bytes <= used->first + used->second;
+  }
+
   /// Chunks held now (pinned allocations of the device), and their bytes.
   size_t chunks() const {
     std::lock_guard lock(mutex_);

@@ -264,6 +264,35 @@ TEST_CASE("cuda backend (emulated): tier copies count as pinned exactly when the
   be->free_page(page);
 }
 
+TEST_CASE("cuda backend (emulated): batched tier copies of pageable memory go through pinned staging, bits intact") {
+  // A T2 entry's mapped file, a Redis value or a buffer written to T2/T3 is pageable memory: the device's copy
+  // must still be from or to pinned memory (the pool's staging range), and the bytes must arrive unchanged.
+  const std::unique_ptr<kernels::Backend> be = kernels::make_cuda_emulated_backend();
+  const size_t page_bytes = 4096, n = 5;
+  std::vector<kernels::PageId> pages;
+  for (size_t i = 0; i < n; ++i) pages.push_back(be->alloc_page(page_bytes));
+  std::vector<std::byte> from(n * page_bytes), back(n * page_bytes), middle(n * 1000);
+  for (size_t i = 0; i < from.size(); ++i) from[i] = std::byte(i * 7 + 3);
+  const kernels::HostCopyCounts before = kernels::emulated_host_copies(*be);
+  be->copy_pages_from_host(from.data(), pages, {0, page_bytes}).wait();
+  be->copy_pages_to_host(pages, {0, page_bytes}, back.data()).wait();
+  be->copy_pages_to_host(pages, {1000, 1000}, middle.data()).wait();  // a part of each page
+  const kernels::HostCopyCounts after = kernels::emulated_host_copies(*be);
+  CHECK(back == from);
+  for (size_t i = 0; i < n; ++i)
+    CHECK(std::equal(middle.begin() + long(i * 1000), middle.begin() + long((i + 1) * 1000),
+                     from.begin() + long(i * page_bytes + 1000)));
+  CHECK(after.pageable == before.pageable);
+  // The pieces (2 x 5 pages + 5 part pages) and the page numbers of the three copies, all pinned.
+  CHECK(after.pinned_bytes - before.pinned_bytes == 2 * n * page_bytes + n * 1000 + 3 * n * sizeof(int32_t));
+  // The pool's own memory needs no staging: the same copies from alloc_host memory move the same bytes.
+  auto* pinned = static_cast<std::byte*>(be->alloc_host(n * page_bytes));
+  be->copy_pages_to_host(pages, {0, page_bytes}, pinned).wait();
+  CHECK(std::equal(pinned, pinned + n * page_bytes, from.begin()));
+  be->release_host(pinned);
+  for (kernels::PageId p : pages) be->free_page(p);
+}
+
 /// The message of the InputError `f` throws ("" when it throws none).
 template <class F>
 std::string input_error_of(F&& f) {

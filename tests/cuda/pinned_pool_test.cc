@@ -88,8 +88,16 @@ TEST_CASE("pinned pool: many ranges from few pinned chunks, never overlapping, m
     void* big = pool.alloc(size_t(3) << 20);
     CHECK(device.made == before + 1);
     pool.release(big);
+    // owns: exactly the bytes of ranges handed out and not taken back.
+    void* d = pool.alloc(1000);  // 1024 bytes, rounded up
+    CHECK(pool.owns(d, 1000));
+    CHECK(pool.owns(static_cast<uint8_t*>(d) + 24, 1000));
+    CHECK_FALSE(pool.owns(static_cast<uint8_t*>(d) + 25, 1000));  // past the range's end
+    pool.release(d);
+    CHECK_FALSE(pool.owns(d, 1));
     // What the pool did not hand out is refused.
     int outside = 0;
+    CHECK_FALSE(pool.owns(&outside, sizeof outside));
     CHECK_THROWS_AS(pool.release(&outside), std::logic_error);
     CHECK_THROWS_AS(pool.release(static_cast<uint8_t*>(a) + 64), std::logic_error);
   }

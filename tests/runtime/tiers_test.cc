@@ -189,10 +189,11 @@ uint64_t pages_read_bytes(const Outcome& o) {
   return bytes;
 }
 
-TEST_CASE("tiers: on the emulated CUDA backend every T1 copy is from pinned memory, and the bits are unchanged") {
-  // The emulated device counts each tier copy by whether its host side is alloc_host memory (pinned on a GPU).
-  // T1's copies (evictions to T1, loads back) must all be; the only others are the scenario's own page reads
-  // at its end, and, with T2, the entries written and read (pageable: buffers and mapped files).
+TEST_CASE("tiers: on the emulated CUDA backend every tier copy is from or to pinned memory, and the bits are unchanged") {
+  // The emulated device counts each device copy by whether its host side is alloc_host memory (pinned on a
+  // GPU). T1's copies (evictions to T1, loads back) are from its pinned pages; T2's (entries written and read:
+  // buffers and mapped files) and the scenario's own page reads at its end are pageable memory, staged through
+  // the pinned pool. So no copy of the run is pageable.
   const model::Model& m = *testing::stories260k_cuda_emulated().model;
   const Outcome ref = scenario(size_t(64) << 20, {}, {}, m);
   CHECK(ref.stats.t0_evictions == 0);
@@ -211,17 +212,15 @@ TEST_CASE("tiers: on the emulated CUDA backend every T1 copy is from pinned memo
     check_same(ref, got);
     CHECK(got.stats.t1_offloads > 0);
     CHECK(got.stats.t1_hits > 0);
-    // T1's pages, and the page numbers of each batched copy (4 bytes a page, staged in pinned memory too).
-    const size_t t1_bytes = got.stats.t1_offload_bytes + got.stats.t1_load_bytes;
-    CHECK(after.pinned_bytes - before.pinned_bytes >= t1_bytes);
-    CHECK(after.pinned_bytes - before.pinned_bytes <= t1_bytes + (with_t2 ? 2 : 1) * sizeof(int32_t) * (t1_bytes / page + peak_pages));
+    CHECK(after.pageable == before.pageable);
+    const uint64_t t1_bytes = got.stats.t1_offload_bytes + got.stats.t1_load_bytes;
+    uint64_t least = t1_bytes + pages_read_bytes(got);
     if (with_t2) {
       CHECK(got.stats.t2_writes > 0);
       CHECK(got.stats.t2_hits > 0);
-      CHECK(after.pageable_bytes - before.pageable_bytes > pages_read_bytes(got));  // T2 kept working
-    } else {
-      CHECK(after.pageable_bytes - before.pageable_bytes == pages_read_bytes(got));
+      least += got.stats.t2_load_bytes;
     }
+    CHECK(after.pinned_bytes - before.pinned_bytes >= least);
   }
 }
 

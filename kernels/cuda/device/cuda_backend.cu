@@ -16,11 +16,13 @@
 //   CUDA_LAUNCH_BLOCKING=1 to attribute an asynchronous fault to its launch).
 // - Products of F32, F16 and BF16 weights: cuBLASLt with one algorithm pinned per shape (device/gemm_lt.h), on
 //   the compute stream.
-// Not done yet: tier copies whose host side is not alloc_host memory (T2 entries, buffers written to T2 and T3) are pageable:
-// the driver stages them (docs/cuda.md).
+// - Tier copies whose host side is not the pinned pool's (a T2 entry's mapped file, a value read from Redis, a
+//   buffer written to T2 or T3) go through a pinned staging range (backend_core.h, docs/cuda.md), so every
+//   batched tier copy is a DMA from or to pinned memory.
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -143,6 +145,19 @@ class CudaDevice {
           "cudaLaunchHostFunc");
     promise.release();
     return choreo::kernels::Completion(std::move(done));
+  }
+  /// `f` runs in the runtime's callback thread once the copy stream reaches this point (it makes no CUDA call).
+  void after_copies(std::function<void()> f) {
+    auto owned = std::make_unique<std::function<void()>>(std::move(f));
+    check(cudaLaunchHostFunc(
+              copies_,
+              [](void* p) {
+                std::unique_ptr<std::function<void()>> run(static_cast<std::function<void()>*>(p));
+                (*run)();
+              },
+              owned.get()),
+          "cudaLaunchHostFunc");
+    owned.release();
   }
 
  private:

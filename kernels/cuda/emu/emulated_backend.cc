@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -116,6 +117,7 @@ class EmulatedDevice {
   // Batched tier copies: their gathers and scatters run when launched, like every launch here.
   cuda::cu::Stream copy_stream() const { return nullptr; }
   Completion copies_done() { return {}; }
+  void after_copies(const std::function<void()>& f) { f(); }  // the copies above are done when they return
 
  private:
   /// Whether [p, p + bytes) lies in one allocation of `in`.
