@@ -214,6 +214,13 @@ class Backend {
   virtual void add(float* x, const float* y, size_t n) = 0;
   /// x *= s over n values.
   virtual void scale(float* x, size_t n, float s) = 0;
+  /// A LoRA pair's update (runtime/model/lora.h): y[i, :] += factor · B · (A · x[i, :]) for i < n, with A of
+  /// rank rows of n_in and B of n_out rows of rank: x is [n, a.n_in], y is [n, b.n_out]. `scratch` is n *
+  /// (a.n_out + b.n_out) floats of this backend's memory, the caller's. Shapes that do not chain, or n < 0,
+  /// throw std::invalid_argument (check_lora). This default is the two products, then scale, then add, in
+  /// scratch (llama.cpp's order, and the CPU backend's); a device backend may compute it in one kernel.
+  virtual void add_lora(const Weight& a, const Weight& b, float factor, const float* x, int n, float* y,
+                        float* scratch);
   /// True when store_kv and attention take pages of this layout's cache types (both backends: every type
   /// KvLayout::check accepts, f32, f16 and q8_0).
   virtual bool supports_kv(const KvLayout& kv) const { return true; }
@@ -337,6 +344,28 @@ inline void check_softmax(int n_rows, int n, float temperature) {
   if (!(temperature > 0.0f) || temperature == std::numeric_limits<float>::infinity())
     throw std::invalid_argument("softmax at temperature " + std::to_string(temperature) +
                                 ": it must be positive and finite");
+}
+
+/// Throws std::invalid_argument unless add_lora's arguments are valid: B's rows as long as A has rows (the
+/// rank, at least 1), n >= 0.
+inline void check_lora(const Weight& a, const Weight& b, int n) {
+  if (n < 0) throw std::invalid_argument("add_lora over " + std::to_string(n) + " rows");
+  if (a.n_out < 1 || b.n_in != a.n_out)
+    throw std::invalid_argument("add_lora: A has " + std::to_string(a.n_out) + " rows (the rank) but B's rows hold " +
+                                std::to_string(b.n_in) + " values");
+}
+
+inline void Backend::add_lora(const Weight& a, const Weight& b, float factor, const float* x, int n, float* y,
+                              float* scratch) {
+  check_lora(a, b, n);
+  if (n == 0) return;
+  const size_t outputs = size_t(n) * size_t(b.n_out);
+  float* const ranked = scratch;  // n × rank: A · x
+  float* const product = scratch + size_t(n) * size_t(a.n_out);  // n × n_out: B · (A · x)
+  matmul(a, x, n, ranked);
+  matmul(b, ranked, n, product);
+  scale(product, outputs, factor);
+  add(y, product, outputs);
 }
 
 /// The most threads a backend accepts (llama.cpp's limit too); far more than this exhausts the process.

@@ -63,6 +63,7 @@
 #include "kernels/cuda/kernels/attention_tiled.cuh"
 #include "kernels/cuda/kernels/elementwise.cuh"
 #include "kernels/cuda/kernels/linear.cuh"
+#include "kernels/cuda/kernels/lora.cuh"
 #include "kernels/cuda/kernels/pages.cuh"
 #include "kernels/cuda/kernels/sampling.cuh"
 #include "kernels/cuda/pinned_pool.h"
@@ -344,6 +345,25 @@ class CoreBackend final : public choreo::kernels::Backend {
     cu::launch("softmax", kernels::softmax, Dim3(kernels::sampling_blocks(n_rows)), Dim3(kernels::kSamplingThreads), 0,
                dev_->stream(), arg(x, size), n_rows, n, temperature, arg(out, size));
     dev_->launched("softmax");
+  }
+
+  // ---- LoRA (kernels/cuda/kernels/lora.cuh): one block per row ----
+  /// F32, F16 and BF16 pairs of rank up to kLoraMaxRank: the lora kernel, with f32 activations (the default
+  /// path would round them to F16/BF16 for cuBLAS) and without scratch. Quantised adapters and larger ranks:
+  /// the default two products (Backend::add_lora), whose rows are batch invariant too.
+  void add_lora(const Weight& a, const Weight& b, float factor, const float* x, int n, float* y,
+                float* scratch) override {
+    choreo::kernels::check_lora(a, b, n);
+    if (n == 0 || b.n_out == 0) return;
+    if (!kernels::lora_reads(weight_format(a.type)) || !kernels::lora_reads(weight_format(b.type)) ||
+        a.n_out > kernels::kLoraMaxRank)
+      return Backend::add_lora(a, b, factor, x, n, y, scratch);
+    std::lock_guard lock(mutex_);
+    const WeightView va = view(a), vb = view(b);
+    cu::launch("lora", kernels::lora, Dim3(kernels::lora_blocks(n)), Dim3(kernels::kLoraThreads), 0, dev_->stream(),
+               kernels::LoraWeight{va.args, va.f32, va.bytes}, kernels::LoraWeight{vb.args, vb.f32, vb.bytes}, factor,
+               arg(x, size_t(n) * size_t(a.n_in)), n, arg(y, size_t(n) * size_t(b.n_out)));
+    dev_->launched("lora");
   }
 
   void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& kv,

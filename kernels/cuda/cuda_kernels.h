@@ -75,6 +75,11 @@ void launch_scatter_pages(const void* buffer, void* pool, size_t page_bytes, con
 void launch_top_k(const float* logits, int rows, int n_vocab, int k, int32_t* ids, float* values, cudaStream_t stream);
 void launch_softmax(const float* x, int rows, int n, float temperature, float* out, cudaStream_t stream);
 
+/// A LoRA pair's update (kernels/cuda/kernels/lora.cuh) on device pointers: y[i, :] += factor · B · (A · x[i, :])
+/// over n rows, A (rank rows of n_in) and B (n_out rows of rank) F32, F16 or BF16, rank <= kernels::kLoraMaxRank.
+void launch_lora(const kernels::WeightArgs& a, const void* a_rows, const kernels::WeightArgs& b, const void* b_rows,
+                 float factor, const float* x, int n, float* y, cudaStream_t stream);
+
 /// kernels/cuda/blas.h's product on device pointers: cublasSgemmStridedBatched (throws on a cuBLAS error).
 void gemm_cublas(cublasHandle_t handle, const blas::Gemm& g);
 

@@ -306,19 +306,16 @@ void Model::forward(const Batch& batch, RunState& s, float* logits) const {
 void Model::apply_lora(const Batch& batch, int layer, LoraTarget t, const float* x, float* y, RunState& s) const {
   kernels::Backend& be = backend_;
   // Rows [r0, r1) of x and y run with `stack`: each adapter that adapts t adds its scaled product, in the
-  // stack's order, as llama.cpp does (the product B·(A·x), then scaled, then added).
+  // stack's order, as llama.cpp does (Backend::add_lora: the product B·(A·x), then scaled, then added).
   const auto run = [&](const LoraStack* stack, int r0, int r1) {
     if (!stack || r1 <= r0) return;
     const size_t rows = size_t(r1 - r0);
     for (const auto& [adapter, user_scale] : stack->adapters) {
       const LoraPair* p = adapter->find(layer, t);
       if (!p) continue;
-      s.lora_a.reserve(be, rows * size_t(p->rank()));
-      s.lora_b.reserve(be, rows * size_t(p->b.n_out));
-      be.matmul(p->a, x + size_t(r0) * size_t(p->a.n_in), int(rows), s.lora_a.data());
-      be.matmul(p->b, s.lora_a.data(), int(rows), s.lora_b.data());
-      be.scale(s.lora_b.data(), rows * size_t(p->b.n_out), p->scale(user_scale));
-      be.add(y + size_t(r0) * size_t(p->b.n_out), s.lora_b.data(), rows * size_t(p->b.n_out));
+      s.lora_scratch.reserve(be, rows * size_t(p->rank() + p->b.n_out));
+      be.add_lora(p->a, p->b, p->scale(user_scale), x + size_t(r0) * size_t(p->a.n_in), int(rows),
+                  y + size_t(r0) * size_t(p->b.n_out), s.lora_scratch.data());
     }
   };
   if (t != LoraTarget::Output) {

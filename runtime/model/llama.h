@@ -97,7 +97,7 @@ struct RunState {
   kernels::Buffer<float> x, xb, xb2, q, k, v, att, hb, hb2, logits_in, logits;
   kernels::Buffer<float> top_values;  // Batch::top_k's candidates
   kernels::Buffer<int32_t> top_ids;
-  kernels::Buffer<float> lora_a, lora_b;  // LoRA: rows x rank, and rows x the adapted weight's n_out (grown on use)
+  kernels::Buffer<float> lora_scratch;  // LoRA (Backend::add_lora): rows x (rank + the adapted n_out), grown on use
   void reserve(kernels::Backend& backend, const LlamaConfig& c, int n_rows);
 };
 

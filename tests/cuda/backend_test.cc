@@ -31,6 +31,8 @@
 #include "runtime/model/session.h"
 #include "runtime/model/synth.h"
 #include "tests/cuda/random_values.h"
+#include "tests/cuda/session_logits.h"
+#include "tests/cuda/stored_weight.h"
 #include "tests/reference/reference.h"
 #include "tests/scratch_dir.h"
 #include "tests/test_models.h"
@@ -41,6 +43,9 @@ namespace {
 using kernels::DType;
 using kernels::KvLayout;
 using testing::random_values;
+using testing::session_logits;
+using testing::StoredWeight;
+using testing::worst_relative;
 
 kernels::Backend& emulated() { return *testing::stories260k_cuda_emulated().backend; }
 
@@ -54,36 +59,6 @@ std::vector<float> product(kernels::Backend& be, const kernels::Weight& w, const
   return y;
 }
 
-/// The logits of a session on `m`: after `prompt`, then after each of `then` (or, when `then` is empty, after
-/// each of `greedy_steps` greedy tokens), with KV pages of 16 tokens in the given cache types.
-std::vector<std::vector<float>> session_logits(const model::Model& m, std::span<const model::Token> prompt,
-                                               std::span<const model::Token> then, int greedy_steps = 0,
-                                               DType k_type = DType::F32, DType v_type = DType::F32) {
-  kv::PagePool pool(m.backend(), m.kv_layout(16, k_type, v_type), size_t(64) << 20);
-  model::Session s(m, pool);
-  std::vector<std::vector<float>> out(1);
-  s.eval(prompt, &out[0]);
-  const size_t n = then.empty() ? size_t(greedy_steps) : then.size();
-  for (size_t i = 0; i < n; ++i) {
-    const model::Token t = then.empty() ? model::argmax(out.back()) : then[i];
-    out.emplace_back();
-    s.eval(std::span<const model::Token>(&t, 1), &out.back());
-  }
-  return out;
-}
-
-/// max |a - b| over every step, relative to the step's logit range in b.
-double worst_relative(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    REQUIRE(a[i].size() == b[i].size());
-    const auto [lo, hi] = std::minmax_element(b[i].begin(), b[i].end());
-    for (size_t j = 0; j < a[i].size(); ++j) worst = std::max(worst, double(std::abs(a[i][j] - b[i][j])) / double(*hi - *lo));
-  }
-  return worst;
-}
-
 /// A random-weight F32 model of `shape`, on the emulated backend and on the CPU backend (its file removed
 /// once both have mapped it).
 struct OnBothBackends {
@@ -95,24 +70,6 @@ OnBothBackends synthetic_on_both(const model::SynthShape& shape, uint64_t seed) 
   model::write_synthetic_model(shape, DType::F32, path, seed);
   return {testing::LoadedModel(path, kernels::make_cuda_emulated_backend()), testing::LoadedModel(path)};
 }
-
-/// n_out rows of n_in random values stored in `type` (row-major, rows packed).
-struct StoredWeight {
-  std::vector<uint8_t> bytes;
-  kernels::Weight w;
-  StoredWeight(DType type, int n_out, int n_in, unsigned seed) {
-    const std::vector<float> values = random_values(size_t(n_out) * size_t(n_in), seed);
-    const size_t row = kernels::row_bytes(type, n_in);
-    bytes.resize(row * size_t(n_out));
-    for (int o = 0; o < n_out; ++o)
-      kernels::quantize_row(type, values.data() + size_t(o) * n_in, bytes.data() + size_t(o) * row, n_in);
-    w.type = type;
-    w.data = bytes.data();
-    w.n_out = n_out;
-    w.n_in = n_in;
-    w.row_stride = row;
-  }
-};
 
 TEST_CASE("cuda backend (emulated): the products are float64 products within rounding, in every weight format, and batch invariant") {
   kernels::Backend& be = emulated();

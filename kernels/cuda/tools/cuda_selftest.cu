@@ -108,6 +108,27 @@ int main() {
     cuda::launch_rope(dq.p, rows, heads, head_dim, dpos.p, 0, 1, {head_dim, p.freq_base, 1, 0}, nullptr, nullptr);
     report("rope", dq.get(), want, 1e-6);
   }
+  {  // LoRA: y += 0.5 · B · (A · x), F32 A (rank x dim) and B (n_out x rank), as the CPU backend's add_lora.
+    const int rank = 16, n_out = 96;
+    const std::vector<float> a = random_values(size_t(rank) * dim, 6), b = random_values(size_t(n_out) * rank, 7);
+    const std::vector<float> y = random_values(size_t(rows) * n_out, 8);
+    const auto weight = [](const std::vector<float>& values, int n_rows, int row_length) {
+      kernels::Weight w;
+      w.data = values.data();
+      w.n_out = n_rows;
+      w.n_in = row_length;
+      w.row_stride = size_t(row_length) * sizeof(float);
+      return w;
+    };
+    std::vector<float> want = y, scratch(size_t(rows) * (rank + n_out));
+    cpu->add_lora(cpu->upload_weight(weight(a, rank, dim)), cpu->upload_weight(weight(b, n_out, rank)), 0.5f,
+                  x.data(), rows, want.data(), scratch.data());
+    Device<float> dx(x), da(a), db(b), dy(y);
+    const cuda::kernels::WeightArgs a_args{cuda::kernels::WeightFormat::F32, rank, dim, size_t(dim) * sizeof(float)};
+    const cuda::kernels::WeightArgs b_args{cuda::kernels::WeightFormat::F32, n_out, rank, size_t(rank) * sizeof(float)};
+    cuda::launch_lora(a_args, da.p, b_args, db.p, 0.5f, dx.p, rows, dy.p, nullptr);
+    report("lora", dy.get(), want, 1e-5);
+  }
   {  // cuBLAS: y = x W^T, W n_out x dim, as the CPU backend's matmul.
     const int n_out = 96;
     const std::vector<float> wt = random_values(size_t(n_out) * dim, 4);
