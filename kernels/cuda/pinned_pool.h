@@ -50,9 +50,8 @@ class PinnedPool {
   void release(void* p) {
     std::lock_guard lock(mutex_);
     const uintptr_t at = reinterpret_cast<uintptr_t>(p);
-    auto it = chunks_.upper_bound(at);
-    if (it == chunks_.begin()) throw std::logic_error("release_host: memory the pinned pool did not hand out");
-    --it;
+    const auto it = chunk_at(chunks_, at);
+    if (it == chunks_.end()) throw std::logic_error("release_host: memory the pinned pool did not hand out");
     Chunk& chunk = it->second;
     const auto used = chunk.used.find(at - it->first);
     if (used == chunk.used.end()) throw std::logic_error("release_host: memory the pinned pool did not hand out");
@@ -88,9 +87,8 @@ class PinnedPool {
   bool owns(const void* p, size_t bytes) const {
     const uintptr_t at = reinterpret_cast<uintptr_t>(p);
     std::lock_guard lock(mutex_);
-    auto it = chunks_.upper_bound(at);
-    if (it == chunks_.begin()) return false;
-    --it;
+    const auto it = chunk_at(chunks_, at);
+    if (it == chunks_.end()) return false;
     const Chunk& chunk = it->second;
     const size_t offset = at - it->first;
     if (offset >= chunk.bytes) return false;
@@ -119,6 +117,12 @@ class PinnedPool {
     std::map<size_t, size_t> used;  // offset -> bytes handed out
   };
   static size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+  /// The chunk that can hold address `at`: the last one starting at or below it (end() if none does).
+  template <class Chunks>
+  static auto chunk_at(Chunks& chunks, uintptr_t at) -> decltype(chunks.begin()) {
+    auto it = chunks.upper_bound(at);
+    return it == chunks.begin() ? chunks.end() : std::prev(it);
+  }
   /// First fit in one chunk, or null.
   static void* take(uintptr_t start, Chunk& chunk, size_t size) {
     for (auto it = chunk.free.begin(); it != chunk.free.end(); ++it) {

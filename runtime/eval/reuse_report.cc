@@ -338,6 +338,8 @@ Quality parse_quality(std::string_view name) {
 }
 
 double quality_loss(Quality q, const PlanScore& plan, const PlanScore& recompute) {
+  // A plan (or a reference) scored on no item has no loss to give: its means are the zeros they started as.
+  if (plan.n == 0 || recompute.n == 0) return std::numeric_limits<double>::quiet_NaN();
   switch (q) {
     case Quality::f1:
       return 1 - plan.token_f1;

@@ -49,7 +49,7 @@ Quality parse_quality(std::string_view name);
 
 /// The loss of `plan` relative to `recompute` under `q`: f1 -> 1 - plan.token_f1; kl -> plan.kl;
 /// metric -> max(0, recompute.metric - plan.metric) (an absolute drop on the 0..1 scale).
-/// NaN scores give NaN.
+/// NaN scores give NaN, and so does a plan or reference scored on no item (n == 0).
 double quality_loss(Quality q, const PlanScore& plan, const PlanScore& recompute);
 
 /// Indices of the plans on the Pareto frontier of (recomputed layers, loss): a plan is on it when no other

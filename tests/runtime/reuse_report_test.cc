@@ -173,6 +173,11 @@ TEST_CASE("reuse report: quality_loss is 1 - token F1, the KL, or the metric's d
   CHECK(std::isnan(quality_loss(Quality::metric, partial, recompute)));
   recompute.token_f1 = 1;  // recompute's own F1 against itself
   CHECK(quality_loss(Quality::f1, recompute, recompute) == 0.0);
+  // Scored on no item: no loss at all (not 1 - 0 for f1, not 0 for kl), under every quality.
+  for (Quality q : {Quality::f1, Quality::kl, Quality::metric}) {
+    CHECK(std::isnan(quality_loss(q, plan({{2, 4}}, 0), recompute)));
+    CHECK(std::isnan(quality_loss(q, partial, plan({{0, 8}}, 0))));
+  }
 }
 
 TEST_CASE("reuse report: pareto_frontier matches a brute-force frontier on random plans") {
