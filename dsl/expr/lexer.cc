@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "common/utf8.h"
+
 namespace choreo::dsl::expr {
 
 std::string describe(TokenKind kind) {
@@ -228,6 +230,10 @@ class Lexer {
                                fmt::format("close it with {} on the same line", quote));
       char c = text_[p];
       if (c == quote) break;
+      if (c == '\\' && !raw && p + 1 < end_ && text_[p + 1] == 'u') {
+        p = unicode_escape(p, value);
+        continue;
+      }
       if (c == '\\' && !raw) {
         char e = p + 1 < end_ ? text_[p + 1] : '\0';
         switch (e) {
@@ -237,11 +243,14 @@ class Lexer {
           case '\\': value += '\\'; break;
           case '\'': value += '\''; break;
           case '"': value += '"'; break;
+          case '/': value += '/'; break;
+          case 'b': value += '\b'; break;
+          case 'f': value += '\f'; break;
           default:
             throw source_.error_at(p, fmt::format("unknown escape '\\{}'", e == '\0' ? std::string_view()
                                                                                     : character_at(text_, p + 1)),
-                                   "escapes are \\n \\t \\r \\\\ \\' \\\"; write regex patterns as raw strings "
-                                   "r'...' (no escapes)");
+                                   "escapes are \\n \\t \\r \\\\ \\' \\\" \\/ \\b \\f \\uXXXX; write regex "
+                                   "patterns as raw strings r'...' (no escapes)");
         }
         p += 2;
         continue;
@@ -259,6 +268,46 @@ class Lexer {
     Token t = make(TokenKind::String, p + 1 - start);
     t.text = std::move(value);
     return t;
+  }
+
+  /// The four hex digits at `p` as a number, or -1 when there are not four.
+  long hex4(size_t p) const {
+    if (p + 4 > end_) return -1;
+    long v = 0;
+    for (size_t i = p; i < p + 4; ++i) {
+      const char c = text_[i];
+      const int d = c >= '0' && c <= '9'   ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                           : -1;
+      if (d < 0) return -1;
+      v = v * 16 + d;
+    }
+    return v;
+  }
+
+  /// `\uXXXX` at `p` (JSON's and Python's escape): appends the code point as UTF-8 and returns the position
+  /// after it. A UTF-16 surrogate pair written as two escapes (`\ud83d\ude00`) is one code point; a lone
+  /// surrogate is an error, as it has no UTF-8 form.
+  size_t unicode_escape(size_t p, std::string& value) const {
+    const long cp = hex4(p + 2);
+    if (cp < 0)
+      throw source_.error_at(p, "'\\u' needs four hex digits", "write a code point as \\u00e9 (é) or \\u4e2d (中)");
+    size_t next = p + 6;
+    if (cp >= 0xDC00 && cp <= 0xDFFF)
+      throw source_.error_at(p, fmt::format("'\\u{:04x}' is a low surrogate with no high surrogate before it", cp),
+                             "a character past U+FFFF is a pair such as \\ud83d\\ude00");
+    uint32_t code = uint32_t(cp);
+    if (cp >= 0xD800 && cp <= 0xDBFF) {
+      const long low = next + 1 < end_ && text_[next] == '\\' && text_[next + 1] == 'u' ? hex4(next + 2) : -1;
+      if (low < 0xDC00 || low > 0xDFFF)
+        throw source_.error_at(p, fmt::format("'\\u{:04x}' is a high surrogate with no low surrogate after it", cp),
+                               "a character past U+FFFF is a pair such as \\ud83d\\ude00");
+      code = 0x10000 + ((uint32_t(cp) - 0xD800) << 10) + (uint32_t(low) - 0xDC00);
+      next += 6;
+    }
+    append_utf8(value, code);
+    return next;
   }
 
   const SourceText& source_;

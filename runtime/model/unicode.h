@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/utf8.h"
+
 namespace choreo::model {
 
 /// One code point read from UTF-8 text.
@@ -25,8 +27,7 @@ size_t utf8_sequence_length(uint8_t lead_byte);
 /// does.
 Utf8Char decode_utf8(std::string_view text, size_t offset);
 
-/// Appends the UTF-8 encoding of `codepoint` (must be <= 0x10FFFF).
-void append_utf8(std::string& out, uint32_t codepoint);
+using choreo::append_utf8;  // common/utf8.h
 
 /// True when `text` is UTF-8 that PCRE2 accepts (no overlongs, surrogates or code points past U+10FFFF).
 bool is_strict_utf8(std::string_view text);

@@ -57,6 +57,16 @@ TEST_CASE("expr: literals and arithmetic follow Python's rules") {
   CHECK(json_of("[] * 9223372036854775807") == "[]");
   CHECK(json_of("'a\\tb\\n\\'\\\"\\\\'") == "\"a\\tb\\n'\\\"\\\\\"");
   CHECK(json_of("r'\\d+'") == "\"\\\\d+\"");
+  // JSON's escapes too, so that a list written as JSON text is a list literal: \/ \b \f and \uXXXX (a code
+  // point as UTF-8; a surrogate pair is one character). Bytes worked out from the code points by hand.
+  CHECK(eval("'a\\/b\\b\\f'").as_text() == "a/b\b\f");
+  CHECK(eval("'caf\\u00e9'").as_text() == "caf\xC3\xA9");
+  CHECK(eval("\"\\u4E2D\\u0041\"").as_text() == "\xE4\xB8\xAD" "A");
+  CHECK(eval("'\\ud83d\\ude00!'").as_text() == "\xF0\x9F\x98\x80!");
+  CHECK(eval("'\\u007f\\u0080\\u07ff\\u0800\\uffff'").as_text() ==
+        "\x7F" "\xC2\x80" "\xDF\xBF" "\xE0\xA0\x80" "\xEF\xBF\xBF");
+  CHECK(eval("r'\\u00e9'").as_text() == "\\u00e9");  // raw strings keep it
+  CHECK(json_of("['\\u00e9', \"x\\u0020y\"]") == "[\"\xC3\xA9\", \"x y\"]");
   CHECK(json_of("1.5e3") == "1500.0");
   CHECK(json_of("null") == "null");
   CHECK(json_of("{'a': 1, \"b\": [true, false]}") == "{\"a\": 1, \"b\": [true, false]}");

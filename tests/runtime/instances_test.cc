@@ -10,7 +10,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
+#include <nlohmann/json.hpp>
+
+#include "common/utf8.h"
+#include "dsl/arguments.h"
 #include "dsl/workflow_parser.h"
 #include "kernels/backend.h"
 #include "common/error.h"
@@ -159,6 +164,36 @@ TEST_CASE("input rows: keys naming inputs are used, others ignored, bad lines ar
   CHECK(error_of("[1, 2]\n").find("not an object") != std::string::npos);
   CHECK(error_of("{\"other\": 1}\n").find("has no `topic`, for input `topic`") != std::string::npos);
   CHECK(error_of("").find("no rows") != std::string::npos);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("input rows: a list input from a JSON array holds the row's strings exactly, whatever they contain") {
+  // A row's array reaches the workflow as its JSON text (read_input_rows), read back as a list literal: JSON
+  // writes control characters as \uXXXX, \b and \f, and may write any character so. Property: every string
+  // comes back byte for byte (the strings themselves are the reference).
+  const dsl::Workflow workflow = dsl::parse_workflow(
+      "name: lists\ninputs: {items: list}\nmessages:\n  m: {text: 'x'}\nsteps:\n  - prefill: {as: p, text: '{{ items }}', parents: [m]}\n",
+      "lists.yaml");
+  const std::string path = (std::filesystem::temp_directory_path() / "choreo_list_rows_test.jsonl").string();
+  std::mt19937 rng(2026);
+  const uint32_t picks[] = {0x01, 0x08, 0x0C, 0x1B, 0x1F, '"', '\\', '/', '\'', 'a', ' ', 0x7F, 0xE9, 0x4E2D, 0xFFFD, 0x1F600};
+  for (int round = 0; round < 50; ++round) {
+    std::vector<std::string> strings(size_t(rng() % 4));
+    for (std::string& s : strings)
+      for (size_t n = rng() % 12; n > 0; --n) append_utf8(s, picks[rng() % std::size(picks)]);
+    // Even rounds: a JSON array. Odd rounds: the array's JSON text as a string, written as Python's json.dumps
+    // writes it (every non-ASCII character escaped, surrogate pairs past U+FFFF): a doubly encoded row.
+    const nlohmann::json array = strings;
+    const nlohmann::json row = {{"items", round % 2 == 0 ? array : nlohmann::json(array.dump(-1, ' ', true))}};
+    std::ofstream(path) << row.dump() << "\n";
+    const auto rows = exec::read_input_rows(path, workflow, {});
+    REQUIRE(rows.size() == 1);
+    const std::string& text = rows[0].arguments.inputs.at("items");
+    CAPTURE(text);
+    const dsl::expr::Value v = dsl::convert_argument(text, dsl::ValueType::List, "input `items`");
+    REQUIRE(v.as_list().size() == strings.size());
+    for (size_t i = 0; i < strings.size(); ++i) CHECK(v.as_list()[i].as_text() == strings[i]);
+  }
   std::filesystem::remove(path);
 }
 
