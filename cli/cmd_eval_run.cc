@@ -137,6 +137,7 @@ void run_eval_command(const EvalRunOptions& o) {
     settings.lora = &lm.lora;
     const exec::WorkflowModels models = exec::load_workflow_models(workflow, *lm.model, lm.lora);
     settings.models = &models.set;
+    eval::check_resumed_models(existing.rows, eval::models_fingerprint(*lm.model, settings), out_path);
     const bool terminal = isatty(STDERR_FILENO) != 0;
     eval::Progress progress(n_pending, terminal);
     auto say = [](const std::string& text) {

@@ -12,6 +12,7 @@
 #include "dsl/arguments.h"
 #include "dsl/plan/elaborate.h"
 #include "runtime/exec/scheduler.h"
+#include "runtime/engine/model_set.h"
 #include "runtime/kv/page_pool.h"
 
 namespace choreo::eval {
@@ -153,6 +154,37 @@ ResultRow make_result(const PreparedRow& prepared, runtime::Mode mode, const exe
   return out;
 }
 
+std::string models_fingerprint(const model::Model& model, const EvalSettings& settings) {
+  std::vector<uint64_t> parts;
+  if (settings.models) {
+    for (size_t i = 0; i < settings.models->size(); ++i) {
+      const runtime::EngineModel& m = (*settings.models)[i];
+      parts.push_back(m.fingerprint);
+      parts.push_back(XXH3_64bits(m.name.data(), m.name.size()));
+    }
+  } else {  // as the set of one model ModelSet(model, lora) makes, named "default"
+    parts.push_back(settings.lora ? runtime::weights_fingerprint(model, *settings.lora) : model.fingerprint());
+    parts.push_back(XXH3_64bits("default", 7));
+  }
+  parts.push_back(uint64_t(settings.k_type));
+  parts.push_back(uint64_t(settings.v_type));
+  return fmt::format("{:016x}", XXH3_64bits(parts.data(), parts.size() * sizeof(uint64_t)));
+}
+
+void check_resumed_models(const std::vector<ResultRow>& existing, const std::string& fingerprint,
+                          const std::string& path) {
+  for (const ResultRow& r : existing) {
+    const auto it = r.extra.find("models_xxh3");
+    if (it == r.extra.end() || !it->is_string() || it->get<std::string>() == fingerprint) continue;
+    throw InputError(
+        fmt::format("results file '{}' was made with other models: row '{}' ({}) has models_xxh3 {}, this run's "
+                    "models and KV cache types give {}",
+                    path, r.id, r.mode, it->get<std::string>(), fingerprint),
+        "resume with the same -m, --lora/--lora-scaled, workflow `models:` and --cache-type-k/-v, or write to "
+        "another --out");
+  }
+}
+
 size_t count_pending(const std::vector<PreparedRow>& rows, const std::vector<runtime::Mode>& modes,
                      const std::set<std::pair<std::string, std::string>>& done) {
   size_t n = 0;
@@ -168,6 +200,7 @@ EvalReport run_eval(const dsl::Workflow& workflow, const model::Model& model,
                     const EvalCallbacks& callbacks) {
   EvalReport report;
   if (count_pending(rows, settings.modes, done) > 0) warm_up(model, settings.page_tokens);
+  const std::string models = models_fingerprint(model, settings);
   for (runtime::Mode mode : settings.modes) {
     const std::string mode_text(runtime::mode_name(mode));
     std::vector<const PreparedRow*> pending;
@@ -201,6 +234,7 @@ EvalReport run_eval(const dsl::Workflow& workflow, const model::Model& model,
             std::exception_ptr error;
             try {
               result = make_result(p, mode, exec::run_workflow(workflow, sink, p.arguments));
+              result->extra["models_xxh3"] = models;
             } catch (...) {
               error = std::current_exception();
             }

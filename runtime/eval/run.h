@@ -65,6 +65,17 @@ std::vector<PreparedRow> prepare_rows(const dsl::Workflow& workflow, const Datas
 /// results files from different shards, concurrencies or machines can be compared row by row.
 std::string decodes_fingerprint(const exec::RunResult& result);
 
+/// What a run's outputs depend on beyond its rows and modes: every model it runs (the weights file, each
+/// adapter and its scale, and the workflow's model names when `settings.models` is set) and the KV cache
+/// types, as XXH3-64 (16 hex digits). Every result row carries it as `extra.models_xxh3`.
+std::string models_fingerprint(const model::Model& model, const EvalSettings& settings);
+
+/// InputError when a row of `existing` (the results file at `path` that a --resume run appends to) was
+/// made with other models or KV cache types than `fingerprint` (models_fingerprint) says: mixing them
+/// would score two setups as one. Rows without `extra.models_xxh3` (files of older versions) pass.
+void check_resumed_models(const std::vector<ResultRow>& existing, const std::string& fingerprint,
+                          const std::string& path);
+
 /// The result line of one finished (row, mode): the workflow's output as prediction, its score, and the
 /// run's TTFT (sum over decode steps), end-to-end time and token counts (exec::timing_of).
 ResultRow make_result(const PreparedRow& prepared, runtime::Mode mode, const exec::RunResult& result);

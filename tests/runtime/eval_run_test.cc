@@ -398,6 +398,49 @@ TEST_CASE("eval run: --resume runs only the missing (row, mode) pairs, after a c
   CHECK(again.rows.size() == 8);
 }
 
+TEST_CASE("eval run: rows carry the models' fingerprint, and --resume refuses a file made with other models") {
+  TempDir dir;
+  const dsl::Workflow workflow = dsl::parse_workflow(kTiny, "tiny.yaml");
+  const eval::Dataset data = eval::load_dataset(math_data(dir));
+  const std::string out = dir.file("out.jsonl");
+  const eval::EvalSettings settings = two_modes();
+  const Run run = evaluate(workflow, data, out, 2, {}, settings);
+  REQUIRE(run.rows.size() == 4);
+  const std::string mine = eval::models_fingerprint(stories(), settings);
+  CHECK(mine.size() == 16);
+  for (const eval::ResultRow& r : run.rows) CHECK(r.extra.value("models_xxh3", "") == mine);
+  CHECK_NOTHROW(eval::check_resumed_models(run.rows, mine, out));
+
+  // Other KV cache types, or the workflow's models under other names: another setup, refused with the
+  // file, the row and both fingerprints named.
+  eval::EvalSettings q8 = settings;
+  q8.k_type = kernels::DType::Q8_0;
+  runtime::ModelSet renamed(stories(), {}, "other");
+  eval::EvalSettings with_set = settings;
+  with_set.models = &renamed;
+  runtime::ModelSet same(stories());
+  eval::EvalSettings with_same = settings;
+  with_same.models = &same;
+  CHECK(eval::models_fingerprint(stories(), with_same) == mine);  // the default set of one model is the model
+  for (const eval::EvalSettings* other : {&q8, &with_set}) {
+    const std::string theirs = eval::models_fingerprint(stories(), *other);
+    CHECK(theirs != mine);
+    try {
+      eval::check_resumed_models(run.rows, theirs, out);
+      FAIL("no InputError");
+    } catch (const InputError& e) {
+      CHECK(std::string(e.what()).find("was made with other models") != std::string::npos);
+      CHECK(std::string(e.what()).find(mine) != std::string::npos);
+      CHECK(std::string(e.what()).find(theirs) != std::string::npos);
+      CHECK(std::string(e.hint()).find("--out") != std::string::npos);
+    }
+  }
+  // Files of older versions have no fingerprint: nothing to check.
+  std::vector<eval::ResultRow> old = run.rows;
+  for (eval::ResultRow& r : old) r.extra.erase("models_xxh3");
+  CHECK_NOTHROW(eval::check_resumed_models(old, eval::models_fingerprint(stories(), q8), out));
+}
+
 TEST_CASE("eval run: a row that fails is reported with its line and not written, the others are") {
   TempDir dir;
   const dsl::Workflow workflow = dsl::parse_workflow(kTiny, "tiny.yaml");
