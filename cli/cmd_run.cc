@@ -48,17 +48,16 @@ struct RunOptions {
   int64_t max_steps = dsl::kDefaultMaxSteps;
 };
 
-/// -m wins; else the workflow's `model:` when it names an existing file (as given, or next to the workflow);
-/// else the default model.
+/// -m wins; else the workflow's `model:` (as given, or next to the workflow; confined to the workflow's
+/// directory like every file a workflow names: exec::find_workflow_file); else the default model.
 std::string resolve_model(const RunOptions& o, const dsl::Workflow& workflow) {
   if (!o.model_path.empty() || !workflow.model) return o.model_path;
-  const std::filesystem::path named = workflow.model->value;
-  if (std::filesystem::exists(named)) return named.string();
-  const std::filesystem::path beside = std::filesystem::path(o.workflow_path).parent_path() / named;
-  if (std::filesystem::exists(beside)) return beside.string();
-  throw InputError(fmt::format("the workflow's model '{}' is not a file", workflow.model->value),
-                   "pass the model's path with -m", workflow.model->where,
-                   workflow.source_line(workflow.model->where.line));
+  try {
+    return exec::find_workflow_file(workflow, *workflow.model, "the workflow's model").string();
+  } catch (const InputError& e) {
+    throw InputError(e.message(), e.hint() + "; or pass the model's path with -m", workflow.model->where,
+                     workflow.source_line(workflow.model->where.line));
+  }
 }
 
 /// ANSI colour of an agent: its declared `color:` when it is a named colour, else one picked by its name.

@@ -25,8 +25,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> allowed_dirs;
   uint64_t max_input_mib = 0;
   app.add_option("--allow-path", allowed_dirs,
-                 "also let files named inside other files (PML src=, a workflow's pml:) be read from this "
-                 "directory (repeatable)")
+                 "also let files named inside other files (PML src=, a workflow's pml:, model: and models: files, "
+                 "adapters and plans) be read from this directory (repeatable)")
       ->type_name("DIR");
   app.add_option("--max-input-mib", max_input_mib,
                  "size limit of every input file and JSON line, in MiB (default 256; workflows 4)")

@@ -4,9 +4,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <doctest/doctest.h>
 
+#include "common/input_file.h"
 #include "common/paths.h"
 
 namespace choreo::testing {
@@ -32,5 +34,21 @@ inline std::string require_file(const std::filesystem::path& p) {
 }
 
 inline std::string shared_file(const std::string& rel) { return require_file(shared_dir() / rel); }
+
+/// For its scope, lets files named inside workflows and schemas come from `dirs` as well (what --allow-path
+/// does; docs/limits.md), e.g. a workflow written into a scratch directory that names the shared adapters.
+/// The default policy is back afterwards.
+class AllowPaths {
+ public:
+  explicit AllowPaths(const std::vector<std::string>& dirs) { configure_input_policy(0, dirs); }
+  ~AllowPaths() { configure_input_policy(0, {}); }
+  AllowPaths(const AllowPaths&) = delete;
+  AllowPaths& operator=(const AllowPaths&) = delete;
+};
+
+/// AllowPaths for the shared models (the adapters tests name in workflow text).
+inline std::vector<std::string> shared_models_dir() {
+  return {std::filesystem::weakly_canonical(shared_dir() / "models").string()};
+}
 
 }  // namespace choreo::testing

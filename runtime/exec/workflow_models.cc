@@ -7,23 +7,38 @@
 #include <fmt/ranges.h>
 
 #include "common/error.h"
+#include "common/input_file.h"
 #include "runtime/exec/reuse_plan_file.h"
 
 namespace choreo::exec {
 
-namespace {
-
-/// A file a workflow names: as given when it exists, else relative to the workflow's directory.
-std::filesystem::path find_file(const dsl::Workflow& w, const dsl::Text& name, std::string_view what) {
+std::filesystem::path find_workflow_file(const dsl::Workflow& w, const dsl::Text& name, std::string_view what) {
   const std::filesystem::path given = name.value;
   std::error_code ec;
-  if (std::filesystem::is_regular_file(given, ec)) return given;
-  const std::filesystem::path beside = std::filesystem::path(w.file).parent_path() / given;
-  if (!w.file.empty() && std::filesystem::is_regular_file(beside, ec)) return beside;
-  throw InputError(fmt::format("{} '{}' is not a file", what, name.value),
-                   "paths are as given, or relative to the workflow file's directory", name.where,
-                   w.source_line(name.where.line));
+  std::filesystem::path found;
+  if (std::filesystem::is_regular_file(given, ec)) {
+    found = given;
+  } else {
+    const std::filesystem::path beside = std::filesystem::path(w.file).parent_path() / given;
+    if (w.file.empty() || !std::filesystem::is_regular_file(beside, ec))
+      throw InputError(fmt::format("{} '{}' is not a file", what, name.value),
+                       "paths are as given, or relative to the workflow file's directory", name.where,
+                       w.source_line(name.where.line));
+    found = beside;
+  }
+  // Confined as PML src= and pml: paths are (docs/limits.md): a workflow from elsewhere must not make choreo
+  // read files outside its own directory.
+  if (!path_is_confined(w.file.empty() ? std::filesystem::path("workflow") : std::filesystem::path(w.file), found))
+    throw InputError(
+        fmt::format("{} '{}' leads outside the directory of {}", what, name.value,
+                    w.file.empty() ? std::string("the workflow") : std::filesystem::path(w.file).filename().string()),
+        "files a workflow names must be in its directory or below it; allow another directory with --allow-path "
+        "DIR (docs/limits.md)",
+        name.where, w.source_line(name.where.line));
+  return found;
 }
+
+namespace {
 
 std::string canonical_path(const std::filesystem::path& p) {
   std::error_code ec;
@@ -43,7 +58,7 @@ WorkflowModels load_workflow_models(const dsl::Workflow& w, const model::Model& 
   for (const dsl::ModelDecl& decl : w.models) {
     const model::Model* weights = &base;
     if (decl.file) {
-      const std::string path = canonical_path(find_file(w, *decl.file, "model file"));
+      const std::string path = canonical_path(find_workflow_file(w, *decl.file, "model file"));
       auto it = by_path.find(path);
       if (it == by_path.end()) {
         try {
@@ -57,7 +72,7 @@ WorkflowModels load_workflow_models(const dsl::Workflow& w, const model::Model& 
     }
     model::LoraStack lora;
     for (const dsl::AdapterDecl& a : decl.lora) {
-      const std::string path = find_file(w, a.file, "LoRA adapter").string();
+      const std::string path = find_workflow_file(w, a.file, "LoRA adapter").string();
       try {
         lora.adapters.push_back({model::LoraAdapter::load(path, *weights), float(a.scale)});
       } catch (const InputError& e) {
@@ -75,7 +90,7 @@ WorkflowModels load_workflow_models(const dsl::Workflow& w, const model::Model& 
     const int receiver = *out.set.find(decl.name.value);
     for (const dsl::ReuseDecl& r : decl.reuse) {
       if (r.file) {
-        const std::string path = find_file(w, *r.file, "plan file").string();
+        const std::string path = find_workflow_file(w, *r.file, "plan file").string();
         ReusePlanFile file;
         try {
           file = read_reuse_plan(path);

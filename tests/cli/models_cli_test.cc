@@ -160,8 +160,18 @@ TEST_CASE("choreo run: a workflow's `models:` are loaded, and --json names each 
                           << "  - decode: {as: b, agent: critic, parents: [q, a], role: user, header: \"Check:\", max_tokens: 4, temperature: 0}\n"
                           << "output: \"{{ a }}\"\n";
   const fs::path report = scratch.path / "run.json";
+  // The adapter is outside the workflow's directory: refused (exit 2, at the declaration) until allowed.
+  const testing::ProcessResult outside =
+      testing::run_process(binary, {"run", workflow.string(), "-m", model, "--no-store"}, scratch.path);
+  CHECK(outside.exit_code == 2);
+  CHECK(outside.err.find("pair.yaml:3:") != std::string::npos);
+  CHECK(outside.err.find("leads outside the directory of pair.yaml") != std::string::npos);
+  CHECK(outside.err.find("--allow-path") != std::string::npos);
   const testing::ProcessResult r = testing::run_process(
-      binary, {"run", workflow.string(), "-m", model, "--no-store", "--json", report.string()}, scratch.path);
+      binary,
+      {"run", workflow.string(), "-m", model, "--no-store", "--json", report.string(), "--allow-path",
+       testing::shared_models_dir()[0]},
+      scratch.path);
   CAPTURE(r.err);
   REQUIRE(r.exit_code == 0);
   std::ifstream in(report);

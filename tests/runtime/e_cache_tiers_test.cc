@@ -13,6 +13,8 @@
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
+
 #include "dsl/workflow_parser.h"
 #include "runtime/engine/engine.h"
 #include "runtime/exec/interpreter.h"
@@ -248,7 +250,8 @@ messages:
   for (const std::string& step : steps)
     text += "  - decode: {" + step + ", max_tokens: 3, temperature: 0}\n";
   text += "output: \"" + output + "\"\n";
-  dsl::Workflow w = dsl::parse_workflow(text, "test.yaml");
+  // The workflow "lives" beside the adapter it names: files a workflow names must be in its directory.
+  dsl::Workflow w = dsl::parse_workflow(text, (std::filesystem::path(pair.path).parent_path() / "test.yaml").string());
   exec::WorkflowModels models = exec::load_workflow_models(w, base(), {});
   return {std::move(w), std::move(models)};
 }

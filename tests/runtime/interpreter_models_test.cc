@@ -4,6 +4,8 @@
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
+
 #include "common/error.h"
 #include "dsl/plan/plan.h"
 #include "dsl/workflow_parser.h"
@@ -12,7 +14,9 @@
 #include "runtime/exec/workflow_models.h"
 #include "runtime/kv/page_pool.h"
 #include "tests/model/lora_fixtures.h"
+#include "tests/scratch_dir.h"
 #include "tests/test_models.h"
+#include "tests/test_paths.h"
 
 namespace choreo {
 namespace {
@@ -21,6 +25,7 @@ const model::Model& smol() { return *testing::smollm2().model; }
 
 /// Runs workflow text on an engine with the workflow's models (model 0: `base` with `base_lora`).
 exec::RunResult run(const std::string& text, const model::Model& base = smol(), model::LoraStack base_lora = {}) {
+  const testing::AllowPaths allow(testing::shared_models_dir());  // the workflows name the shared adapters
   const dsl::Workflow w = dsl::parse_workflow(text, "test.yaml");
   const exec::WorkflowModels models = exec::load_workflow_models(w, base, std::move(base_lora));
   kv::PagePool pool(base.backend(), base.kv_layout(16), size_t(256) << 20);
@@ -144,6 +149,43 @@ TEST_CASE("workflow models: mistakes are errors at their location, before anythi
   }
 }
 
+TEST_CASE("workflow models: files a workflow names stay inside its directory unless --allow-path allows more") {
+  // A workflow file in a scratch directory, naming the shared adapter (outside it) three ways.
+  const testing::ScratchDir dir;
+  const std::filesystem::path adapter = testing::math_lora();
+  std::filesystem::create_symlink(adapter, dir.path / "link.gguf");
+  std::filesystem::create_directories(dir.path / "sub");
+  std::filesystem::copy_file(adapter, dir.path / "sub" / "copy.gguf");
+  const auto load = [&](const std::string& lora) {
+    std::string text = kPair;
+    text.replace(text.find("MATH_LORA"), 9, lora);
+    const dsl::Workflow w = dsl::parse_workflow(text, (dir.path / "wf.yaml").string());
+    return exec::load_workflow_models(w, smol(), {});
+  };
+  const auto refused = [&](const std::string& lora) {
+    try {
+      load(lora);
+    } catch (const InputError& e) {
+      const std::string text = e.render();
+      CAPTURE(text);
+      CHECK(text.find("wf.yaml:4:") != std::string::npos);
+      CHECK(text.find("LoRA adapter '" + lora + "' leads outside the directory of wf.yaml") != std::string::npos);
+      CHECK(text.find("--allow-path") != std::string::npos);
+      return true;
+    }
+    return false;
+  };
+  CHECK(refused(adapter.string()));                                      // absolute, outside
+  CHECK(refused("link.gguf"));                                           // a link inside that leads out
+  CHECK(refused((std::filesystem::relative(adapter, dir.path)).string()));  // ../.. out of the directory
+  CHECK(load("sub/copy.gguf").set.size() == 2);                          // below it: read
+  CHECK(load((dir.path / "sub" / "copy.gguf").string()).set.size() == 2);  // absolute, inside
+  // Allowed, as with --allow-path DIR: every form above is read.
+  const testing::AllowPaths allow(testing::shared_models_dir());
+  CHECK(load(adapter.string()).set.size() == 2);
+  CHECK(load("link.gguf").set.size() == 2);
+}
+
 TEST_CASE("workflow models: `reuse:` sets how a model reads another's messages, and partial over every layer is recompute") {
   const auto with_plan = [](const std::string& plan) {
     std::string text = with_lora(kPair);
@@ -192,6 +234,7 @@ steps:
 output: "{{ a }}|{{ b }}|{{ c }}"
 )Y";
   text = with_lora(text);
+  const testing::AllowPaths allow(testing::shared_models_dir());
   const dsl::Workflow w = dsl::parse_workflow(text, "test.yaml");
   const exec::WorkflowModels models = exec::load_workflow_models(w, smol(), {});
   kv::PagePool pool(smol().backend(), smol().kv_layout(16), size_t(256) << 20);
