@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <map>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,29 +14,30 @@
 namespace choreo::exec {
 
 std::filesystem::path find_workflow_file(const dsl::Workflow& w, const dsl::Text& name, std::string_view what) {
-  const std::filesystem::path given = name.value;
-  std::error_code ec;
-  std::filesystem::path found;
-  if (std::filesystem::is_regular_file(given, ec)) {
-    found = given;
-  } else {
-    const std::filesystem::path beside = std::filesystem::path(w.file).parent_path() / given;
-    if (w.file.empty() || !std::filesystem::is_regular_file(beside, ec))
-      throw InputError(fmt::format("{} '{}' is not a file", what, name.value),
-                       "paths are as given, or relative to the workflow file's directory", name.where,
-                       w.source_line(name.where.line));
-    found = beside;
-  }
   // Confined as PML src= and pml: paths are (docs/limits.md): a workflow from elsewhere must not make choreo
-  // read files outside its own directory.
-  if (!path_is_confined(w.file.empty() ? std::filesystem::path("workflow") : std::filesystem::path(w.file), found))
+  // read files outside its own directory. The candidates (as given, then beside the workflow) are checked for
+  // confinement before existence, so that the error cannot tell whether a file outside exists.
+  const std::filesystem::path referrer =
+      w.file.empty() ? std::filesystem::path("workflow") : std::filesystem::path(w.file);
+  std::vector<std::filesystem::path> candidates{name.value};
+  if (!w.file.empty()) candidates.push_back(std::filesystem::path(w.file).parent_path() / name.value);
+  bool any_confined = false;
+  for (const std::filesystem::path& candidate : candidates) {
+    if (!path_is_confined(referrer, candidate)) continue;
+    any_confined = true;
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(candidate, ec)) return candidate;
+  }
+  if (!any_confined)
     throw InputError(
         fmt::format("{} '{}' leads outside the directory of {}", what, name.value,
-                    w.file.empty() ? std::string("the workflow") : std::filesystem::path(w.file).filename().string()),
+                    w.file.empty() ? std::string("the workflow") : referrer.filename().string()),
         "files a workflow names must be in its directory or below it; allow another directory with --allow-path "
         "DIR (docs/limits.md)",
         name.where, w.source_line(name.where.line));
-  return found;
+  throw InputError(fmt::format("{} '{}' is not a file", what, name.value),
+                   "paths are as given, or relative to the workflow file's directory", name.where,
+                   w.source_line(name.where.line));
 }
 
 namespace {

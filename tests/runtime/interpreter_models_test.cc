@@ -178,6 +178,7 @@ TEST_CASE("workflow models: files a workflow names stay inside its directory unl
   CHECK(refused(adapter.string()));                                      // absolute, outside
   CHECK(refused("link.gguf"));                                           // a link inside that leads out
   CHECK(refused((std::filesystem::relative(adapter, dir.path)).string()));  // ../.. out of the directory
+  CHECK(refused("/nonexistent-choreo-dir/x.gguf"));  // outside and missing: the error does not tell which
   CHECK(load("sub/copy.gguf").set.size() == 2);                          // below it: read
   CHECK(load((dir.path / "sub" / "copy.gguf").string()).set.size() == 2);  // absolute, inside
   // Allowed, as with --allow-path DIR: every form above is read.
