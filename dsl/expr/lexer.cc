@@ -273,17 +273,10 @@ class Lexer {
   /// The four hex digits at `p` as a number, or -1 when there are not four.
   long hex4(size_t p) const {
     if (p + 4 > end_) return -1;
-    long v = 0;
-    for (size_t i = p; i < p + 4; ++i) {
-      const char c = text_[i];
-      const int d = c >= '0' && c <= '9'   ? c - '0'
-                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                           : -1;
-      if (d < 0) return -1;
-      v = v * 16 + d;
-    }
-    return v;
+    const char* first = text_.data() + p;
+    uint32_t v = 0;
+    const auto [last, ec] = std::from_chars(first, first + 4, v, 16);
+    return ec == std::errc() && last == first + 4 ? long(v) : -1;
   }
 
   /// `\uXXXX` at `p` (JSON's and Python's escape): appends the code point as UTF-8 and returns the position

@@ -1,5 +1,6 @@
 #include "dsl/pml/xml.h"
 
+#include <charconv>
 #include <cstdint>
 #include <memory>
 #include <unordered_set>
@@ -28,15 +29,10 @@ int64_t numeric_reference(std::string_view body) {
   bool hex = body[1] == 'x';
   std::string_view digits = body.substr(hex ? 2 : 1);
   if (digits.empty() || digits.size() > 8) return -1;
-  int64_t value = 0;
-  for (char c : digits) {
-    int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (hex && c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (hex && c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else return -1;
-    value = value * (hex ? 16 : 10) + d;
-  }
+  uint32_t value = 0;  // unsigned: from_chars takes no sign; at most 8 digits fit
+  const char* end = digits.data() + digits.size();
+  const auto [last, ec] = std::from_chars(digits.data(), end, value, hex ? 16 : 10);
+  if (ec != std::errc() || last != end) return -1;
   if (value == 0 || value > 0x10FFFF || (value >= 0xD800 && value <= 0xDFFF)) return -1;
   return value;
 }
