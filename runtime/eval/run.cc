@@ -155,16 +155,13 @@ ResultRow make_result(const PreparedRow& prepared, runtime::Mode mode, const exe
 }
 
 std::string models_fingerprint(const model::Model& model, const EvalSettings& settings) {
+  // Without the workflow's models, the run's model alone: the set of one that run_eval's engine makes of it.
+  const runtime::ModelSet own(model, settings.lora ? *settings.lora : model::LoraStack{});
+  const runtime::ModelSet& set = settings.models ? *settings.models : own;
   std::vector<uint64_t> parts;
-  if (settings.models) {
-    for (size_t i = 0; i < settings.models->size(); ++i) {
-      const runtime::EngineModel& m = (*settings.models)[i];
-      parts.push_back(m.fingerprint);
-      parts.push_back(XXH3_64bits(m.name.data(), m.name.size()));
-    }
-  } else {  // as the set of one model ModelSet(model, lora) makes, named "default"
-    parts.push_back(settings.lora ? runtime::weights_fingerprint(model, *settings.lora) : model.fingerprint());
-    parts.push_back(XXH3_64bits("default", 7));
+  for (size_t i = 0; i < set.size(); ++i) {
+    parts.push_back(set[i].fingerprint);
+    parts.push_back(XXH3_64bits(set[i].name.data(), set[i].name.size()));
   }
   parts.push_back(uint64_t(settings.k_type));
   parts.push_back(uint64_t(settings.v_type));
