@@ -1,6 +1,7 @@
 #pragma once
 // Where tests find shared data and the default model. A missing file is a failing test with a hint.
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -35,18 +36,21 @@ inline std::string require_file(const std::filesystem::path& p) {
 
 inline std::string shared_file(const std::string& rel) { return require_file(shared_dir() / rel); }
 
-/// For its scope, lets files named inside workflows and schemas come from `dirs` as well (what --allow-path
-/// does; docs/limits.md), e.g. a workflow written into a scratch directory that names the shared adapters.
-/// The default policy is back afterwards.
-class AllowPaths {
+/// For its scope, the input policy the CLI's --allow-path and --max-input-mib set (docs/limits.md): files named
+/// inside workflows and schemas may also come from `allowed` (e.g. a workflow in a scratch directory naming the
+/// shared adapters), and `max_input_mib` (0: the defaults) bounds input files. The default policy is back
+/// afterwards.
+class InputPolicyScope {
  public:
-  explicit AllowPaths(const std::vector<std::string>& dirs) { configure_input_policy(0, dirs); }
-  ~AllowPaths() { configure_input_policy(0, {}); }
-  AllowPaths(const AllowPaths&) = delete;
-  AllowPaths& operator=(const AllowPaths&) = delete;
+  explicit InputPolicyScope(const std::vector<std::string>& allowed, uint64_t max_input_mib = 0) {
+    configure_input_policy(max_input_mib, allowed);
+  }
+  ~InputPolicyScope() { configure_input_policy(0, {}); }
+  InputPolicyScope(const InputPolicyScope&) = delete;
+  InputPolicyScope& operator=(const InputPolicyScope&) = delete;
 };
 
-/// AllowPaths for the shared models (the adapters tests name in workflow text).
+/// InputPolicyScope's `allowed` for the shared models (the adapters tests name in workflow text).
 inline std::vector<std::string> shared_models_dir() {
   return {std::filesystem::weakly_canonical(shared_dir() / "models").string()};
 }

@@ -17,20 +17,13 @@
 #include "dsl/workflow_parser.h"
 #include "common/error.h"
 #include "tests/scratch_dir.h"
+#include "tests/test_paths.h"
 
 namespace choreo {
 namespace {
 
 namespace fs = std::filesystem;
 using testing::ScratchDir;
-
-/// Sets the input policy for one test and restores the default afterwards.
-struct PolicyScope {
-  PolicyScope(uint64_t max_input_mib, const std::vector<std::string>& allowed) {
-    configure_input_policy(max_input_mib, allowed);
-  }
-  ~PolicyScope() { configure_input_policy(0, {}); }
-};
 
 TEST_CASE("an input file's size is checked before it is read, a directory is named as one") {
   ScratchDir s;
@@ -70,7 +63,7 @@ TEST_CASE("--max-input-mib raises the limits") {
     out << std::string(5 << 20, 'x') << "\n";
   }
   CHECK(testing::input_error_text([&] { dsl::load_workflow(big.string()); }).find("limited to 4 MiB") != std::string::npos);
-  PolicyScope raised(8, {});
+  testing::InputPolicyScope raised({}, 8);
   CHECK(testing::input_error_text([&] { dsl::load_workflow(big.string()); }).find("limited to") == std::string::npos);
 }
 
@@ -99,7 +92,7 @@ TEST_CASE("PML src= stays inside the schema's directory unless --allow-path allo
     CHECK(e.find("--allow-path") != std::string::npos);
     CHECK(e.find("the secret line") == std::string::npos);
   }
-  PolicyScope allowed(0, {outside.str()});
+  testing::InputPolicyScope allowed({outside.str()});
   CHECK_NOTHROW(dsl::pml::load_schema(schema_with((outside.path / "secret.txt").string())));
   CHECK_NOTHROW(dsl::pml::load_schema(schema_with("link.txt")));
   CHECK_THROWS_AS(dsl::pml::load_schema(schema_with("/etc/passwd")), InputError);
@@ -139,7 +132,7 @@ TEST_CASE("LineReader: lines one at a time, an unterminated last line, and a bou
     out << "{}\n";
     out << std::string((1 << 20) + 10, 'x') << "\n";
   }
-  PolicyScope small(1, {});
+  testing::InputPolicyScope small({}, 1);
   LineReader bounded(huge.string(), "rows file");
   REQUIRE(bounded.next(line));
   try {

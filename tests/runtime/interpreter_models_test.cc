@@ -25,7 +25,7 @@ const model::Model& smol() { return *testing::smollm2().model; }
 
 /// Runs workflow text on an engine with the workflow's models (model 0: `base` with `base_lora`).
 exec::RunResult run(const std::string& text, const model::Model& base = smol(), model::LoraStack base_lora = {}) {
-  const testing::AllowPaths allow(testing::shared_models_dir());  // the workflows name the shared adapters
+  const testing::InputPolicyScope allow(testing::shared_models_dir());  // the workflows name the shared adapters
   const dsl::Workflow w = dsl::parse_workflow(text, "test.yaml");
   const exec::WorkflowModels models = exec::load_workflow_models(w, base, std::move(base_lora));
   kv::PagePool pool(base.backend(), base.kv_layout(16), size_t(256) << 20);
@@ -182,7 +182,7 @@ TEST_CASE("workflow models: files a workflow names stay inside its directory unl
   CHECK(load("sub/copy.gguf").set.size() == 2);                          // below it: read
   CHECK(load((dir.path / "sub" / "copy.gguf").string()).set.size() == 2);  // absolute, inside
   // Allowed, as with --allow-path DIR: every form above is read.
-  const testing::AllowPaths allow(testing::shared_models_dir());
+  const testing::InputPolicyScope allow(testing::shared_models_dir());
   CHECK(load(adapter.string()).set.size() == 2);
   CHECK(load("link.gguf").set.size() == 2);
 }
@@ -235,7 +235,7 @@ steps:
 output: "{{ a }}|{{ b }}|{{ c }}"
 )Y";
   text = with_lora(text);
-  const testing::AllowPaths allow(testing::shared_models_dir());
+  const testing::InputPolicyScope allow(testing::shared_models_dir());
   const dsl::Workflow w = dsl::parse_workflow(text, "test.yaml");
   const exec::WorkflowModels models = exec::load_workflow_models(w, smol(), {});
   kv::PagePool pool(smol().backend(), smol().kv_layout(16), size_t(256) << 20);

@@ -117,7 +117,7 @@ size_t check_follows(const dsl::plan::Plan& plan, const exec::RunResult& result)
 
 TEST_CASE("run and plan agree: every shipped and corpus workflow, three modes, one and four instances") {
   // solvecheck.yaml names the shared math adapter, outside workflows/: as a user would, allow its directory.
-  const testing::AllowPaths allow(testing::shared_models_dir());
+  const testing::InputPolicyScope allow(testing::shared_models_dir());
   using testing::WorkflowCase;
   const std::vector<WorkflowCase> all = testing::workflow_cases();
   // Every workflow in workflows/ must be covered: a new one without a case here fails the test.

@@ -76,7 +76,7 @@ std::vector<exec::MessageRecord> without_modules(const std::vector<exec::Message
 }
 
 TEST_CASE("tiers never change results: every shipped and corpus workflow, tight T0, both policies, with nothing, T1 or T2 below, prefetch and write-through") {
-  const testing::AllowPaths allow(testing::shared_models_dir());  // solvecheck.yaml's adapter (../shared/models)
+  const testing::InputPolicyScope allow(testing::shared_models_dir());  // solvecheck.yaml's adapter (../shared/models)
   size_t n_compared = 0;
   uint64_t evictions = 0, recomputes = 0, reloads = 0, disk_loads = 0, prefetches = 0, prefetch_used = 0;
   for (const testing::WorkflowCase& c : testing::workflow_cases()) {
