@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "cli/engine_flags.h"
 #include "common/error.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/model/session.h"
@@ -24,11 +25,9 @@ namespace choreo::cli {
 namespace {
 
 struct BenchOptions {
-  std::string model_path;
-  int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, batch = 512, n_depth = 0, parallel_prompt = 128;
+  int n_prompt = 512, n_gen = 128, reps = 5, batch = 512, n_depth = 0, parallel_prompt = 128;
   std::vector<int> parallel;
-  KvOptions kv;
-  LoraOptions lora;
+  EngineFlags engine;
   bool json = false;
 };
 
@@ -54,10 +53,9 @@ void run_bench(const BenchOptions& o) {
     throw InputError("nothing to measure: -p and -n are both 0", "give -p N for prompt processing, -n N for generation");
   if (!o.parallel.empty() && o.n_gen == 0)
     throw InputError("--parallel measures generation, but -n is 0", "give -n N (tokens each sequence generates)");
-  LoadedModel lm = load_model(o.model_path, o.n_threads);
-  lm.lora = o.lora.load(*lm.model);
-  const model::LoraStack* lora = &lm.lora;
-  const model::Model& m = *lm.model;
+  const std::shared_ptr<runtime::LoadedModels> loaded = runtime::load_models(o.engine.model_options());
+  const model::LoraStack* lora = &loaded->base_lora;
+  const model::Model& m = loaded->model();
   const model::Vocab& vocab = m.vocab();
   const int n_vocab = m.config().n_vocab;
   const int n_ctx = m.config().n_ctx_train;
@@ -65,7 +63,7 @@ void run_bench(const BenchOptions& o) {
     throw InputError(fmt::format("-d {} with -p {} / -n {} needs more than the model's context of {} tokens",
                                  o.n_depth, o.n_prompt, o.n_gen, n_ctx),
                      "lower -d, -p or -n");
-  kv::PagePool pool(m.backend(), o.kv.layout(m), kv::budget_within_device(m.backend(), size_t(8) << 30));
+  kv::PagePool pool(m.backend(), o.engine.kv_layout(m), kv::budget_within_device(m.backend(), size_t(8) << 30));
   std::mt19937 rng(1234);
   auto random_tokens = [&](int n) {
     std::vector<model::Token> t(n);
@@ -140,8 +138,8 @@ void run_bench(const BenchOptions& o) {
     nlohmann::json out = nlohmann::json::array();
     for (const Result& r : results)
       out.push_back({{"model", f.path()}, {"size_bytes", f.file_size()}, {"n_params", n_params},
-                     {"backend", lm.backend->name()}, {"threads", lm.backend->threads()},
-                     {"type_k", o.kv.type_k}, {"type_v", o.kv.type_v}, {"n_depth", o.n_depth}, {"test", r.test},
+                     {"backend", loaded->backend->name()}, {"threads", loaded->backend->threads()},
+                     {"type_k", o.engine.type_k}, {"type_v", o.engine.type_v}, {"n_depth", o.n_depth}, {"test", r.test},
                      {"avg_ts", r.mean_tps}, {"stddev_ts", r.stddev_tps}, {"samples_ts", r.samples}});
     std::printf("%s\n", out.dump(2).c_str());
     return;
@@ -154,7 +152,7 @@ void run_bench(const BenchOptions& o) {
   std::string name = f.path().substr(f.path().find_last_of('/') + 1);
   for (const Result& r : results)
     std::printf("| %-40s | %6.2f MiB | %6.1f M | %7s | %7d | %8s | %12.2f ± %5.2f |\n", name.c_str(),
-                f.file_size() / 1048576.0, n_params / 1e6, lm.backend->name().c_str(), lm.backend->threads(),
+                f.file_size() / 1048576.0, n_params / 1e6, loaded->backend->name().c_str(), loaded->backend->threads(),
                 r.test.c_str(), r.mean_tps, r.stddev_tps);
 }
 
@@ -163,7 +161,6 @@ void run_bench(const BenchOptions& o) {
 void register_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "measure prompt processing (pp) and generation (tg) speed");
-  add_model_options(*cmd, o->model_path, o->n_threads);
   cmd->add_option("-p,--n-prompt", o->n_prompt, "prompt tokens (0 = skip)")->check(at_least(0));
   cmd->add_option("-n,--n-gen", o->n_gen, "generated tokens (0 = skip)")->check(at_least(0));
   cmd->add_option("-r,--repetitions", o->reps, "repetitions")->check(at_least(1));
@@ -177,8 +174,7 @@ void register_bench(CLI::App& app) {
       ->check(CLI::Range(1, 256));
   cmd->add_option("--parallel-prompt", o->parallel_prompt, "prompt tokens of each --parallel sequence (default 128)")
       ->check(at_least(0));
-  add_kv_options(*cmd, o->kv);
-  add_lora_options(*cmd, o->lora);
+  o->engine.add(*cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv);
   cmd->add_flag("--json", o->json, "print JSON instead of a table");
   cmd->callback([o] { run_bench(*o); });
 }

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "cli/common.h"
+#include "cli/engine_flags.h"
 #include "common/error.h"
 #include "runtime/kv/tier_config.h"
 #include "runtime/store/redis_store.h"
@@ -93,7 +94,7 @@ void run_ls(const CacheOptions& o) {
 
 /// The tiers as choreo.toml (or the defaults) sets them; T3's server is asked what it holds.
 void print_tiers() {
-  TierOptions t;
+  EngineFlags t;
   t.resolve();
   const std::string path = kv::tier_config_path();
   std::error_code ec;
@@ -114,7 +115,7 @@ void print_tiers() {
   }
   std::string what;
   try {
-    store::RedisStore redis(t.redis_address());
+    store::RedisStore redis(*t.engine_options(runtime::Mode::Choreo, StorePolicy::None).stores.redis);
     if (auto u = redis.usage())
       what = fmt::format("{} encodings, {}", u->first, human_bytes(u->second));
     else

@@ -12,15 +12,16 @@
 #include <optional>
 
 #include "cli/common.h"
+#include "cli/engine_flags.h"
 #include "dsl/pml/prompt_parser.h"
 #include "dsl/pml/schema_parser.h"
 #include "common/error.h"
 #include "common/input_file.h"
 #include "runtime/engine/engine.h"
-#include "runtime/kv/page_pool.h"
+#include "runtime/engine/open_engine.h"
 #include "runtime/pml/encode.h"
+#include "runtime/pml/persist.h"
 #include "runtime/pml/serve.h"
-#include "runtime/store/cache_dir.h"
 #include "runtime/store/disk_store.h"
 #include "runtime/store/redis_store.h"
 #include "common/terminal_text.h"
@@ -30,13 +31,8 @@ namespace choreo::cli {
 namespace {
 
 struct EncodeOptions {
-  std::string schema_path, model_path, prompt, prompt_file, cache_dir, store_key_file;
-  bool no_store = false;
-  int n_threads = 0;
-  int cache_mib = 4096;
-  KvOptions kv;
-  LoraOptions lora;
-  TierOptions tiers;  // only --redis and --redis-best-effort
+  std::string schema_path, prompt, prompt_file;
+  EngineFlags engine;
   int max_tokens = 128;
   float temperature = 0.0f;
   uint64_t seed = 42;
@@ -70,46 +66,8 @@ uint64_t schema_tag(const std::string& bytes) {
   return tag == 0 ? 1 : tag;
 }
 
-/// Tokens of the distinct messages the encoding holds (pieces with identical encodings share one message).
-int encoded_tokens(const runtime::pml::EncodedSchema& enc, runtime::Engine& engine) {
-  std::vector<kv::MessageId> ids;
-  for (kv::MessageId id : enc.messages)
-    if (id != kv::kNoMessage) ids.push_back(id);
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  int tokens = 0;
-  for (kv::MessageId id : ids) tokens += int(engine.store().get(id).tokens.size());
-  return tokens;
-}
-
-/// True when the store holds a usable entry for `key`: header and every page checked (a corrupt page makes
-/// the engine recompute the piece, and then the entry must be rewritten).
-bool store_holds(runtime::Engine& engine, store::DiskStore& disk, uint64_t key) {
-  const store::Compatibility expect{engine.weights_fingerprint(), engine.store().pool().layout()};
-  std::optional<store::MappedEntry> entry = disk.open(key, expect);
-  if (!entry) return false;
-  kv::PageList scratch(engine.store().pool());
-  return disk.read_pages(*entry, scratch);
-}
-
-/// Saves every piece's encoding that the store does not hold yet; returns how many entries were written.
-int persist_pieces(runtime::Engine& engine, store::DiskStore& disk, const runtime::pml::EncodedSchema& enc,
-                   uint64_t tag) {
-  int written = 0;
-  for (kv::MessageId id : enc.messages) {
-    if (id == kv::kNoMessage) continue;
-    if (store_holds(engine, disk, engine.store().get(id).key)) continue;  // loaded, or written just before
-    engine.persist(id, tag);
-    ++written;
-  }
-  return written;
-}
-
-void run_encode(EncodeOptions& o) {
-  o.tiers.resolve();
-  std::string schema_bytes;
-  dsl::pml::Schema schema = dsl::pml::load_schema(o.schema_path, &schema_bytes);
-  const uint64_t tag = schema_tag(schema_bytes);
+/// Reads --prompt or --prompt-file and parses it (before the model loads: a typo fails fast).
+std::optional<dsl::pml::Prompt> read_prompt(const EncodeOptions& o) {
   std::string prompt_text = o.prompt;
   SourceLocation prompt_origin{"--prompt", 1, 1};
   if (!o.prompt_file.empty()) {
@@ -120,35 +78,34 @@ void run_encode(EncodeOptions& o) {
                        SourceLocation{o.prompt_file, 0, 0});
     prompt_origin = {o.prompt_file, 1, 1};
   }
-  // Parse the prompt before the model loads: a typo fails fast.
-  std::optional<dsl::pml::Prompt> prompt;
-  if (!prompt_text.empty()) prompt = dsl::pml::parse_prompt(prompt_text, prompt_origin);
-  LoadedModel lm = load_model(o.model_path, o.n_threads);
-  kv::PagePool pool(lm.model->backend(), o.kv.layout(*lm.model), size_t(o.cache_mib) << 20);
-  lm.lora = o.lora.load(*lm.model);
-  runtime::Engine engine(*lm.model, pool, runtime::Mode::Choreo, 512, &lm.lora);
-  std::optional<store::DiskStore> disk;
-  if (!o.no_store) {
-    disk.emplace(store::resolve_cache_dir(o.cache_dir), true, store::WarningSink{},
-                 store::configured_authenticator(o.store_key_file));
-    engine.set_disk_store(&*disk);  // prefills look there first; we persist below, with the schema's tag
-  }
-  // T3: pieces are looked up there after the disk store, and every piece computed is written to it.
-  std::unique_ptr<store::RedisStore> redis = open_redis(o.tiers);
-  if (redis) engine.set_remote_store(redis.get());
+  if (prompt_text.empty()) return std::nullopt;
+  return dsl::pml::parse_prompt(prompt_text, prompt_origin);
+}
+
+void run_encode(EncodeOptions& o) {
+  o.engine.resolve();
+  std::string schema_bytes;
+  dsl::pml::Schema schema = dsl::pml::load_schema(o.schema_path, &schema_bytes);
+  const uint64_t tag = schema_tag(schema_bytes);
+  const std::optional<dsl::pml::Prompt> prompt = read_prompt(o);
+  // Prefills look in the store first (and in T3 after it); we persist below, with the schema's tag. Every
+  // piece computed is written to T3.
+  const std::unique_ptr<runtime::OpenedEngine> opened = runtime::open_engine(
+      o.engine.model_options(), o.engine.engine_options(runtime::Mode::Choreo, StorePolicy::Writable));
+  runtime::Engine& engine = opened->engine();
   runtime::pml::EncodedSchema enc = runtime::pml::encode_schema(engine, schema);
   print_layout(enc);
-  if (disk) {
+  if (store::DiskStore* disk = opened->disk()) {
     // In a fresh engine every message of the encoding (the implicit BOS aside) was computed or loaded.
-    const int loaded = encoded_tokens(enc, engine) - enc.n_computed;
-    const int written = persist_pieces(engine, *disk, enc, tag);
+    const int loaded = runtime::pml::encoded_tokens(engine, enc) - enc.n_computed;
+    const int written = runtime::pml::persist_schema(engine, enc, tag);
     std::printf("store %s: %d tokens computed, %d loaded from the store; %d entries written (tag %s)\n",
                 disk->dir().c_str(), enc.n_computed, loaded, written, store::key_hex(tag).c_str());
   }
-  if (redis) {
+  if (opened->redis()) {
     const kv::TierStats t = engine.tier_stats();
-    fmt::print("redis {}: {} pieces written, {} loaded ({} tokens)\n", o.tiers.redis, t.t3_writes, t.t3_hits,
-               t.t3_load_tokens);
+    fmt::print("redis {}: {} pieces written, {} loaded ({} tokens)\n", o.engine.redis, t.t3.writes, t.t3.hits,
+               t.t3.load_tokens);
   }
   if (!prompt) return;
   runtime::pml::ServeOptions serve;
@@ -171,7 +128,6 @@ void register_encode(CLI::App& app) {
   auto o = std::make_shared<EncodeOptions>();
   CLI::App* cmd = app.add_subcommand("encode", "encode a PML schema's modules ahead of time (docs/pml.md)");
   cmd->add_option("schema", o->schema_path, "PML schema file")->required();
-  add_model_options(*cmd, o->model_path, o->n_threads);
   cmd->add_option("-p,--prompt", o->prompt,
                   "also serve this PML prompt (<prompt schema=\"...\">...</prompt>)");
   cmd->add_option("--prompt-file", o->prompt_file, "also serve the PML prompt in this file")
@@ -181,17 +137,8 @@ void register_encode(CLI::App& app) {
   cmd->add_option("--temp", o->temperature, "sampling temperature for the prompt (default 0 = greedy)")
       ->check(CLI::Range(0.0f, 100.0f));
   cmd->add_option("-s,--seed", o->seed, "sampling seed");
-  cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget in MiB (default 4096)")->check(at_least(1));
-  add_kv_options(*cmd, o->kv);
-  add_lora_options(*cmd, o->lora);
-  add_redis_options(*cmd, o->tiers);
-  cmd->add_option(
-      "--cache-dir", o->cache_dir,
-      "persistent store directory (default: $CHOREO_CACHE_DIR, else the XDG cache; docs/store.md)");
-  cmd->add_option("--store-key-file", o->store_key_file,
-                  "sign entries written, and require a valid MAC of entries read, with the store key in this "
-                  "file (default: $CHOREO_STORE_KEY_FILE; docs/store.md)");
-  cmd->add_flag("--no-store", o->no_store, "neither load from nor write to the persistent store");
+  o->engine.add(*cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv | EngineFlags::kCache |
+                         EngineFlags::kRedis | EngineFlags::kStore);
   cmd->callback([o] { run_encode(*o); });
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli/common.h"
+#include "cli/engine_flags.h"
 #include "dsl/workflow_parser.h"
 #include "runtime/exec/workflow_models.h"
 #include "common/error.h"
@@ -23,21 +24,18 @@
 #include "runtime/eval/run.h"
 #include "runtime/eval/summary.h"
 #include "runtime/exec/thread_room.h"
-#include "runtime/store/disk_store.h"
+#include "runtime/engine/open_engine.h"
 
 namespace choreo::cli {
 
 namespace {
 
 struct EvalRunOptions {
-  std::string workflow_path, data_path, format, metric, model_path, out_path, shard = "0/1", cache_dir;
+  std::string workflow_path, data_path, format, metric, out_path, shard = "0/1";
   std::vector<std::string> maps, modes, params;
   long limit = -1;
   int concurrency = 4;
-  int n_threads = 0;
-  TierOptions tiers;
-  KvOptions kv;
-  LoraOptions lora;
+  EngineFlags engine;
   bool resume = false, no_leak = false, json = false, sync = false;
   int64_t max_steps = dsl::kDefaultMaxSteps;
 };
@@ -75,12 +73,8 @@ void print_summary(const std::vector<eval::ResultRow>& rows, bool json) {
   std::cout << std::flush;
 }
 
-void run_eval_command(const EvalRunOptions& o) {
-  if (o.data_path.empty())
-    throw InputError(
-        "choreo eval WORKFLOW.yaml needs --data FILE",
-        "e.g. choreo eval workflows/madpar.yaml --data ../shared/data/math500_test.jsonl --limit 5");
-  // Everything that can be wrong with the input is checked before the model is loaded.
+/// The run's settings from the command line (everything but the models).
+eval::EvalSettings eval_settings(const EvalRunOptions& o) {
   eval::EvalSettings settings;
   settings.modes = parse_modes(o.modes);
   settings.concurrency = o.concurrency;
@@ -89,20 +83,60 @@ void run_eval_command(const EvalRunOptions& o) {
   settings.shared.params = key_values(o.params, "--param");
   settings.shared.max_steps = o.max_steps;
   settings.no_leak = o.no_leak;
-  settings.page_tokens = o.kv.page_tokens;
-  settings.k_type = o.kv.k_type();
-  settings.v_type = o.kv.v_type();
-  settings.cache_bytes = o.tiers.t0_bytes();
-  settings.tiers = o.tiers.tiers();
+  // The choreo engine's options; only an explicit --cache-dir (or a T2 budget) is used, so that timings
+  // never depend on what was encoded before.
+  const runtime::EngineOptions engine = o.engine.engine_options(runtime::Mode::Choreo, StorePolicy::Explicit);
+  settings.page_tokens = engine.page_tokens;
+  settings.k_type = engine.k_type;
+  settings.v_type = engine.v_type;
+  settings.cache_bytes = *engine.t0_bytes;
+  settings.tiers = engine.tiers;
+  settings.stores = engine.stores;
+  return settings;
+}
+
+/// Loads the models and runs every pending (row, mode), showing progress on stderr.
+eval::EvalReport run_pending(const EvalRunOptions& o, const dsl::Workflow& workflow,
+                             const std::vector<eval::PreparedRow>& rows, eval::EvalSettings settings,
+                             const eval::ResultsFile& existing, const std::string& out_path, size_t n_pending,
+                             eval::ResultWriter& writer) {
+  runtime::ModelOptions model_options = o.engine.model_options();
+  model_options.add_models = exec::workflow_models_adder(workflow);
+  const std::shared_ptr<runtime::LoadedModels> loaded = runtime::load_models(model_options);
+  settings.lora = &loaded->base_lora;
+  settings.models = &loaded->models();
+  eval::check_resumed_models(existing.rows, eval::models_fingerprint(loaded->model(), settings), out_path);
+  const bool terminal = isatty(STDERR_FILENO) != 0;
+  eval::Progress progress(n_pending, terminal);
+  auto say = [](const std::string& text) {
+    std::fputs(text.c_str(), stderr);
+    std::fflush(stderr);
+  };
+  eval::EvalCallbacks callbacks;
+  callbacks.on_mode_start = [&](runtime::Mode mode, size_t) {
+    say(progress.start_mode(std::string(runtime::mode_name(mode)), now_s()));
+  };
+  callbacks.on_result = [&](const eval::ResultRow& r) { say(progress.finished(true, r.score, now_s())); };
+  callbacks.on_failure = [&](const eval::EvalFailure& f) {
+    if (terminal) say("\r\033[K");
+    say(fmt::format("eval: row '{}' ({}:{}) failed in mode {}:\n{}{}", f.id, o.data_path, f.line, f.mode,
+                    f.message, f.message.ends_with('\n') ? "" : "\n"));
+    say(progress.finished(false, 0, now_s()));
+  };
+  const eval::EvalReport report =
+      eval::run_eval(workflow, loaded->model(), rows, settings, eval::done_keys(existing.rows), writer, callbacks);
+  say(progress.close());
+  return report;
+}
+
+void run_eval_command(const EvalRunOptions& o) {
+  if (o.data_path.empty())
+    throw InputError(
+        "choreo eval WORKFLOW.yaml needs --data FILE",
+        "e.g. choreo eval workflows/madpar.yaml --data ../shared/data/math500_test.jsonl --limit 5");
+  // Everything that can be wrong with the input is checked before the model is loaded.
+  const eval::EvalSettings settings = eval_settings(o);
   const eval::Shard shard = eval::parse_shard(o.shard);
-  // Only an explicit --cache-dir is read, so that timings never depend on what was encoded before.
-  std::optional<store::DiskStore> disk;
-  if (!o.cache_dir.empty()) {
-    disk.emplace(o.cache_dir, /*create=*/o.tiers.disk_cache_mib > 0);  // T2 writes need a writable store
-    settings.store = &*disk;
-  }
-  std::unique_ptr<store::RedisStore> redis = open_redis(o.tiers);
-  settings.remote = redis.get();
   const dsl::Workflow workflow = dsl::load_workflow(o.workflow_path);
   const eval::Dataset data = eval::load_dataset(
       o.data_path, o.format.empty() ? std::nullopt : std::optional(eval::parse_format(o.format)));
@@ -117,8 +151,7 @@ void run_eval_command(const EvalRunOptions& o) {
   if (existing.truncated_tail)
     std::fprintf(stderr, "note: %s: the last line was cut off (a killed run); it is dropped and run again\n",
                  out_path.c_str());
-  const std::set<std::pair<std::string, std::string>> done = eval::done_keys(existing.rows);
-  const size_t n_pending = eval::count_pending(rows, settings.modes, done);
+  const size_t n_pending = eval::count_pending(rows, settings.modes, eval::done_keys(existing.rows));
   eval::ResultWriter writer(out_path, o.sync);
 
   std::string mode_list;
@@ -128,36 +161,10 @@ void run_eval_command(const EvalRunOptions& o) {
                workflow.name.value.c_str(), rows.size(), o.data_path.c_str(),
                std::string(eval::format_name(data.format)).c_str(), mode_list.c_str(), out_path.c_str(),
                n_pending, rows.size() * settings.modes.size() - n_pending);
-  if (disk) std::fprintf(stderr, "eval: choreo mode reads encodings from the store %s\n", disk->dir().c_str());
-
-  eval::EvalReport report;
-  if (n_pending > 0) {
-    LoadedModel lm = load_model(o.model_path, o.n_threads);
-    lm.lora = o.lora.load(*lm.model);
-    settings.lora = &lm.lora;
-    const exec::WorkflowModels models = exec::load_workflow_models(workflow, *lm.model, lm.lora);
-    settings.models = &models.set;
-    eval::check_resumed_models(existing.rows, eval::models_fingerprint(*lm.model, settings), out_path);
-    const bool terminal = isatty(STDERR_FILENO) != 0;
-    eval::Progress progress(n_pending, terminal);
-    auto say = [](const std::string& text) {
-      std::fputs(text.c_str(), stderr);
-      std::fflush(stderr);
-    };
-    eval::EvalCallbacks callbacks;
-    callbacks.on_mode_start = [&](runtime::Mode mode, size_t) {
-      say(progress.start_mode(std::string(runtime::mode_name(mode)), now_s()));
-    };
-    callbacks.on_result = [&](const eval::ResultRow& r) { say(progress.finished(true, r.score, now_s())); };
-    callbacks.on_failure = [&](const eval::EvalFailure& f) {
-      if (terminal) say("\r\033[K");
-      say(fmt::format("eval: row '{}' ({}:{}) failed in mode {}:\n{}{}", f.id, o.data_path, f.line, f.mode,
-                      f.message, f.message.ends_with('\n') ? "" : "\n"));
-      say(progress.finished(false, 0, now_s()));
-    };
-    report = eval::run_eval(workflow, *lm.model, rows, settings, done, writer, callbacks);
-    say(progress.close());
-  }
+  if (settings.stores.disk_dir)
+    std::fprintf(stderr, "eval: choreo mode reads encodings from the store %s\n", settings.stores.disk_dir->c_str());
+  const eval::EvalReport report =
+      n_pending > 0 ? run_pending(o, workflow, rows, settings, existing, out_path, n_pending, writer) : eval::EvalReport{};
 
   // The summary covers this selection as the file now holds it: resumed rows and new ones alike.
   print_summary(eval::results_of_selection(eval::read_results(out_path).rows, rows, settings.modes), o.json);
@@ -183,7 +190,6 @@ void add_eval_run(CLI::App& eval_group) {
   cmd.add_option("--metric", o->metric,
                  "math, qa_f1, rouge_l, classification, retrieval or count "
                  "(default: the dataset's)");
-  add_model_options(cmd, o->model_path, o->n_threads);
   cmd.add_option("--concurrency", o->concurrency,
                  "rows in flight at once per mode; their calls share batches "
                  "(default 4)")
@@ -195,12 +201,8 @@ void add_eval_run(CLI::App& eval_group) {
                "keep the rows already in --out and run only the missing (row, mode) pairs");
   add_pairs_option(cmd, "--param", o->params, "override a workflow param for every row, KEY=VALUE (repeatable)");
   cmd.add_flag("--no-leak", o->no_leak, "re-encode parents carrying other agents' private messages");
-  cmd.add_option("--cache-dir", o->cache_dir,
-                 "persistent store (e.g. PML modules saved by choreo encode) that choreo mode reads encodings "
-                 "from; the baselines never read it (default: none)");
-  add_tier_options(cmd, o->tiers);
-  add_kv_options(cmd, o->kv);
-  add_lora_options(cmd, o->lora);
+  o->engine.add(cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv | EngineFlags::kCache |
+                        EngineFlags::kTiers | EngineFlags::kRedis | EngineFlags::kStore);
   add_max_steps_option(cmd, o->max_steps);
   cmd.add_flag("--json", o->json, "print the closing summary as JSON");
   cmd.add_flag("--fsync", o->sync,
@@ -211,7 +213,7 @@ void add_eval_run(CLI::App& eval_group) {
       throw InputError(
           "choreo eval needs a workflow file or a subcommand",
           "choreo eval WORKFLOW.yaml --data FILE ..., choreo eval score ..., or choreo eval merge ...");
-    o->tiers.resolve();
+    o->engine.resolve();
     run_eval_command(*o);
   });
 }

@@ -6,38 +6,35 @@
 #include <iostream>
 
 #include "cli/common.h"
+#include "cli/engine_flags.h"
 #include "common/error.h"
 #include "common/input_file.h"
 #include "runtime/engine/engine.h"
 #include "runtime/exec/calls.h"
 #include "runtime/exec/reuse_plan_file.h"
-#include "runtime/kv/page_pool.h"
+#include "runtime/engine/open_engine.h"
 
 namespace choreo::cli {
 
 namespace {
 
 struct ExecOptions {
-  std::string model_path, calls_path, mode = "choreo";
-  int n_threads = 0;
-  TierOptions tiers;
-  KvOptions kv;
-  LoraOptions lora;
+  std::string calls_path, mode = "choreo";
+  EngineFlags engine;
   std::vector<std::string> lora_modules;  // NAME=ADAPTER.gguf: the run's model with that adapter
   std::vector<std::string> model_files;   // NAME=MODEL.gguf: another GGUF of the same architecture
   std::vector<std::string> reuse_plans;   // plan files of `choreo profile reuse`
 };
 
-/// The run's model (with --lora) as "default", then --lora-modules and --model-file, which calls choose with
-/// their "model" field. `owned` keeps the other GGUFs loaded.
-runtime::ModelSet exec_models(const ExecOptions& o, const LoadedModel& lm,
-                              std::vector<std::unique_ptr<model::Model>>& owned) {
-  runtime::ModelSet set(*lm.model, lm.lora);
+/// After the run's model (with --lora) as "default": --lora-modules and --model-file, which calls choose with
+/// their "model" field.
+void add_exec_models(const ExecOptions& o, const model::Model& base, runtime::ModelSet& set,
+                     runtime::ExtraModels& extra) {
   for (const auto& [name, file] : key_values(o.lora_modules, "--lora-modules"))
-    set.add(name, *lm.model, model::LoraStack{{{model::LoraAdapter::load(file, *lm.model), 1.0f}}});
+    set.add(name, base, model::LoraStack{{{model::LoraAdapter::load(file, base), 1.0f}}});
   for (const auto& [name, file] : key_values(o.model_files, "--model-file")) {
-    owned.push_back(model::Model::load(file, lm.model->backend()));
-    set.add(name, *owned.back(), {});
+    extra.owned.push_back(model::Model::load(file, base.backend()));
+    set.add(name, *extra.owned.back(), {});
   }
   // Plan files bind to models by fingerprint: every model with the receiver's reads every model with the
   // sender's through the plan.
@@ -59,7 +56,6 @@ runtime::ModelSet exec_models(const ExecOptions& o, const LoadedModel& lm,
                                    "run is", path, file.sender_spec),
                        "give that model with -m/--lora, --lora-modules or --model-file");
   }
-  return set;
 }
 
 void run_exec(const ExecOptions& o) {
@@ -68,15 +64,13 @@ void run_exec(const ExecOptions& o) {
   const bool from_stdin = o.calls_path == "-";
   std::istringstream calls(read_input_file(from_stdin ? "/dev/stdin" : o.calls_path,
                                            from_stdin ? "calls input" : "calls file", input_policy().file_bytes));
-  LoadedModel lm = load_model(o.model_path, o.n_threads);
-  kv::PagePool pool(lm.model->backend(), o.kv.layout(*lm.model), o.tiers.t0_bytes());
-  lm.lora = o.lora.load(*lm.model);
-  std::vector<std::unique_ptr<model::Model>> owned;
-  runtime::Engine engine(exec_models(o, lm, owned), pool, mode, 512);
-  engine.set_tiers(o.tiers.tiers());
-  std::unique_ptr<store::RedisStore> redis = mode == runtime::Mode::Choreo ? open_redis(o.tiers) : nullptr;
-  engine.set_remote_store(redis.get());
-  exec::run_calls(calls, from_stdin ? "<stdin>" : o.calls_path, engine, std::cout);
+  runtime::ModelOptions models = o.engine.model_options();
+  models.add_models = [&o](const model::Model& base, runtime::ModelSet& set, runtime::ExtraModels& extra) {
+    add_exec_models(o, base, set, extra);
+  };
+  const std::unique_ptr<runtime::OpenedEngine> opened =
+      runtime::open_engine(models, o.engine.engine_options(mode, StorePolicy::Explicit));
+  exec::run_calls(calls, from_stdin ? "<stdin>" : o.calls_path, opened->engine(), std::cout);
 }
 
 }  // namespace
@@ -84,14 +78,12 @@ void run_exec(const ExecOptions& o) {
 void register_exec(CLI::App& app) {
   auto o = std::make_shared<ExecOptions>();
   CLI::App* cmd = app.add_subcommand("exec", "run prefill/decode calls from a JSONL file (see docs/exec.md)");
-  add_model_options(*cmd, o->model_path, o->n_threads);
   cmd->add_option("calls", o->calls_path, "JSONL file of calls, or - for stdin")->required();
   cmd->add_option("--mode", o->mode,
                   "engine path: choreo (default; reuse cached parents), prefix or naive (chat-API baselines)")
       ->check(CLI::IsMember({"choreo", "prefix", "naive"}));
-  add_tier_options(*cmd, o->tiers);
-  add_kv_options(*cmd, o->kv);
-  add_lora_options(*cmd, o->lora);
+  o->engine.add(*cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv | EngineFlags::kCache |
+                         EngineFlags::kTiers | EngineFlags::kRedis | EngineFlags::kStore);
   add_pairs_option(*cmd, "--lora-modules", o->lora_modules,
                    "NAME=ADAPTER.gguf: a model calls choose with \"model\": NAME, the model with that adapter "
                    "(scale 1); repeatable");
@@ -103,7 +95,7 @@ void register_exec(CLI::App& app) {
                   "read those with its sender's through its plan (default: recompute); repeatable")
       ->check(CLI::ExistingFile);
   cmd->callback([o] {
-    o->tiers.resolve();
+    o->engine.resolve();
     run_exec(*o);
   });
 }

@@ -15,6 +15,8 @@
 #include <set>
 
 #include "cli/common.h"
+#include "cli/engine_flags.h"
+#include "runtime/engine/open_engine.h"
 #include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -32,16 +34,16 @@ namespace choreo::cli {
 namespace {
 
 struct TracesOptions {
-  std::string workflow_path, inputs_path, out_path, model_path, shard = "0/1";
+  std::string workflow_path, inputs_path, out_path, shard = "0/1";
   std::vector<std::string> inputs, params;
   long limit = -1;
   float temperature = 1.0f;
   uint64_t seed = 0;
-  int n_threads = 0;
+  EngineFlags engine;
 };
 
 struct TrainOptions {
-  std::string workflow_path, traces_path, val_traces_path, out_path, model_path, targets = "q,k,v,o,gate,up,down";
+  std::string workflow_path, traces_path, val_traces_path, out_path, targets = "q,k,v,o,gate,up,down";
   std::string layers;  // FIRST-LAST: the adapted layers (empty: all)
   bool val_given = false;  // --val on the command line
   int rank = 8;
@@ -51,7 +53,7 @@ struct TrainOptions {
   double val = 0.1;
   int accumulate = 1;
   uint64_t seed = 0;
-  int n_threads = 0;
+  EngineFlags engine;
   bool resume = false;
   std::string recompute = "auto";
   size_t activation_mib = 2048;
@@ -80,6 +82,16 @@ dsl::Workflow load_single_model_workflow(const std::string& path) {
   return w;
 }
 
+/// An engine over the base model alone with a T0 of 2 GiB (within the device): a traces row, or the
+/// structure of one trace's run.
+std::unique_ptr<runtime::OpenedEngine> open_scratch_engine(std::shared_ptr<const runtime::LoadedModels> loaded,
+                                                           runtime::Mode mode) {
+  runtime::EngineOptions options;
+  options.mode = mode;
+  options.t0_bytes = kv::budget_within_device(*loaded->backend, size_t(2048) << 20);
+  return runtime::open_engine(std::move(loaded), options);
+}
+
 void run_traces(const TracesOptions& o) {
   if (!(o.temperature >= 0.0f) || !std::isfinite(o.temperature))
     throw InputError(fmt::format("--temperature {} is not a finite number of at least 0", o.temperature));
@@ -95,7 +107,7 @@ void run_traces(const TracesOptions& o) {
   std::set<int> done;
   for (const nlohmann::json& v : eval::read_json_lines(o.out_path, "traces file").values)
     if (v.is_object() && v.contains("line") && v["line"].is_number_integer()) done.insert(v["line"].get<int>());
-  LoadedModel loaded = load_model(o.model_path, o.n_threads);
+  const std::shared_ptr<runtime::LoadedModels> loaded = runtime::load_models(o.engine.model_options());
   eval::LineAppender out(o.out_path, "-o");
   size_t written = 0, skipped = 0, failed = 0;
   const double start = steady_ms();
@@ -105,12 +117,10 @@ void run_traces(const TracesOptions& o) {
       continue;
     }
     // The paper's baseline: every call a plain prefix-cached chat call.
-    kv::PagePool pool(*loaded.backend, loaded.model->kv_layout(32),
-                      kv::budget_within_device(*loaded.backend, size_t(2048) << 20));
-    runtime::Engine engine(runtime::ModelSet(*loaded.model, loaded.lora), pool, runtime::Mode::Prefix);
+    const std::unique_ptr<runtime::OpenedEngine> opened = open_scratch_engine(loaded, runtime::Mode::Prefix);
     std::optional<train::Trace> trace;
     try {
-      trace = train::sample_trace(workflow, engine, row, o.temperature, o.seed);
+      trace = train::sample_trace(workflow, opened->engine(), row, o.temperature, o.seed);
     } catch (const InputError& e) {
       // As eval does: the row's error, then the other rows; nothing is written for it, so a rerun retries it.
       ++failed;
@@ -139,10 +149,8 @@ void run_train(const TrainOptions& o) {
                      "give --val-traces FILE for held-out rows, or --val FRACTION to hold out part of --traces");
   const std::vector<model::LoraTarget> targets = model::parse_lora_targets(o.targets);
   const dsl::Workflow workflow = load_single_model_workflow(o.workflow_path);
-  LoadedModel loaded = load_model(o.model_path, o.n_threads);
-  if (!loaded.lora.empty())
-    throw InputError("choreo finetune train starts from the base model", "leave out --lora and --lora-scaled");
-  const model::Model& base = *loaded.model;
+  const std::shared_ptr<runtime::LoadedModels> loaded = runtime::load_models(o.engine.model_options());
+  const model::Model& base = loaded->model();
   const auto [first_layer, end_layer] =
       o.layers.empty() ? std::pair<int, int>{0, base.config().n_layers} : parse_layer_range(o.layers, "--layers", base.config().n_layers);
   const std::vector<train::Trace> traces = train::read_traces(o.traces_path, base.config().n_vocab);
@@ -166,10 +174,7 @@ void run_train(const TrainOptions& o) {
   // The choreographed run of every trace, teacher-forced: its messages (structure only; the numbers are
   // computed by the training graph).
   const auto structure = [&](const train::Trace& t, runtime::Mode mode) {
-    kv::PagePool pool(*loaded.backend, base.kv_layout(32),
-                      kv::budget_within_device(*loaded.backend, size_t(2048) << 20));
-    runtime::Engine engine(base, pool, mode);
-    return train::trace_messages(workflow, engine, t);
+    return train::trace_messages(workflow, open_scratch_engine(loaded, mode)->engine(), t);
   };
   std::vector<train::Example> examples;
   for (const train::Trace& t : traces) examples.push_back(structure(t, runtime::Mode::Choreo));
@@ -285,7 +290,7 @@ void add_traces(CLI::App& group) {
   cmd->add_option("--seed", o->seed, "seed of the sampling (with the row and the call name)");
   add_pairs_option(*cmd, "--input", o->inputs, "KEY=VALUE: an input every row shares (a row's own wins)");
   add_pairs_option(*cmd, "--param", o->params, "KEY=VALUE: a parameter of the workflow");
-  add_model_options(*cmd, o->model_path, o->n_threads);
+  o->engine.add(*cmd, EngineFlags::kModel);
   cmd->callback([o] { run_traces(*o); });
 }
 
@@ -318,7 +323,7 @@ void add_train(CLI::App& group) {
       ->check(CLI::Range(size_t(1), size_t(1) << 30));
   cmd->add_flag("--resume", o->resume,
                 "continue from the checkpoint written beside -o after the last finished epoch (ADAPTER.gguf.ckpt)");
-  add_model_options(*cmd, o->model_path, o->n_threads);
+  o->engine.add(*cmd, EngineFlags::kModel);
   cmd->callback([o] { run_train(*o); });
 }
 

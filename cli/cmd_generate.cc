@@ -9,6 +9,7 @@
 #include <random>
 
 #include "cli/common.h"
+#include "cli/engine_flags.h"
 #include "common/error.h"
 #include "common/terminal_text.h"
 #include "runtime/kv/page_pool.h"
@@ -20,18 +21,15 @@ namespace choreo::cli {
 namespace {
 
 struct GenerateOptions {
-  std::string model_path, prompt, system;
+  std::string prompt, system;
   int n_predict = -1;
-  int n_threads = 0;
   float temperature = 0.8f;
   float top_p = 0.95f;
   int top_k = 40;
   int64_t seed = -1;
   bool chat = false;
   bool no_bos = false;
-  int cache_mib = 4096;
-  KvOptions kv;
-  LoraOptions lora;
+  EngineFlags engine;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -39,9 +37,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 void run_generate(const GenerateOptions& o) {
-  LoadedModel lm = load_model(o.model_path, o.n_threads);
-  const model::Model& m = *lm.model;
-  lm.lora = o.lora.load(m);
+  const std::shared_ptr<runtime::LoadedModels> loaded = runtime::load_models(o.engine.model_options());
+  const model::Model& m = loaded->model();
   const model::Vocab& vocab = m.vocab();
 
   std::string text = o.prompt;
@@ -57,9 +54,9 @@ void run_generate(const GenerateOptions& o) {
   std::vector<model::Token> tokens = vocab.tokenize(text, !o.no_bos, /*parse_special=*/true);
   if (tokens.empty()) throw InputError("the prompt is empty", "pass some text with -p");
 
-  kv::PagePool pool(m.backend(), o.kv.layout(m), size_t(o.cache_mib) << 20);
+  kv::PagePool pool(m.backend(), o.engine.kv_layout(m), o.engine.t0_bytes());
   model::Session session(m, pool);
-  session.set_lora(&lm.lora);
+  session.set_lora(&loaded->base_lora);
   model::SamplingParams sp;
   sp.temperature = o.temperature;
   sp.top_k = o.top_k;
@@ -106,7 +103,6 @@ void run_generate(const GenerateOptions& o) {
 void register_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "generate a continuation of a prompt (plain KV-cache run)");
-  add_model_options(*cmd, o->model_path, o->n_threads);
   cmd->add_option("-p,--prompt", o->prompt, "prompt text")->required();
   cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate (-1: until end of generation)")
       ->check(at_least(-1));
@@ -117,9 +113,7 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--chat", o->chat, "wrap the prompt as a user turn in the model's chat template");
   cmd->add_option("--system", o->system, "system message for --chat");
   cmd->add_flag("--no-bos", o->no_bos, "do not add the BOS token");
-  cmd->add_option("--cache-mib", o->cache_mib, "KV cache budget in MiB")->check(at_least(1));
-  add_kv_options(*cmd, o->kv);
-  add_lora_options(*cmd, o->lora);
+  o->engine.add(*cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv | EngineFlags::kCache);
   cmd->callback([o] { run_generate(*o); });
 }
 

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/common.h"
+#include "runtime/engine/open_engine.h"
 #include "common/error.h"
 #include "runtime/model/gguf.h"
 #include "runtime/model/synth.h"
@@ -70,8 +71,12 @@ struct SynthLoraOptions {
 void run_synth_lora(SynthLoraOptions o) {
   if (!o.layers.empty()) std::tie(o.spec.first_layer, o.spec.end_layer) = parse_layer_range(o.layers, "--layers");
   o.spec.targets = model::parse_lora_targets(o.targets);
-  LoadedModel lm = load_model(o.model_path, 1);
-  model::write_synthetic_lora(*lm.model, o.spec, o.out);
+  runtime::ModelOptions options;
+  options.path = o.model_path;
+  options.backend = backend_choice().name;
+  options.cuda_device = backend_choice().cuda_device;
+  options.n_threads = 1;
+  model::write_synthetic_lora(runtime::load_models(options)->model(), o.spec, o.out);
   std::fprintf(stderr, "wrote %s\n", o.out.c_str());
 }
 

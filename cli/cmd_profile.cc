@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "cli/engine_flags.h"
+#include "runtime/engine/open_engine.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/statistics.h"
@@ -26,13 +28,10 @@ namespace choreo::cli {
 namespace {
 
 struct ProfileOptions {
-  std::string workflow_path, model_path, inputs_path, json_path, baseline = "prefix";
+  std::string workflow_path, inputs_path, json_path, baseline = "prefix";
   std::vector<std::string> inputs, params, maps;
   int limit = 10;
-  int n_threads = 0;
-  int cache_mib = 4096;
-  KvOptions kv;
-  LoraOptions lora;
+  EngineFlags engine;
   int64_t max_steps = dsl::kDefaultMaxSteps;
   bool cold = false;  // a fresh choreo engine per instance too
 };
@@ -68,23 +67,16 @@ void run_profile(const ProfileOptions& o) {
   if (o.limit > 0 && int(rows.size()) > o.limit) rows.resize(size_t(o.limit));
   if (!o.json_path.empty()) check_writable(o.json_path, "--json");
 
-  LoadedModel lm = load_model(o.model_path, o.n_threads);
-  lm.lora = o.lora.load(*lm.model);
   // The run's model (with --lora adapters) is model 0; the workflow's `models:` follow.
-  const exec::WorkflowModels models = exec::load_workflow_models(workflow, *lm.model, lm.lora);
-  const kernels::KvLayout layout = o.kv.layout(*lm.model);
-  {
-    // Warm-up (page faults on the weights, thread start), on a scratch engine so neither cache sees it;
-    // first, so that the backend is told the --cache-mib budget last (Backend::set_kv_budget).
-    kv::PagePool scratch_pool(lm.model->backend(), layout,
-                              kv::budget_within_device(lm.model->backend(), size_t(64) << 20));
-    runtime::Engine scratch(models.set, scratch_pool, runtime::Mode::Choreo, 512);
-    runtime::PrefillRequest warm;
-    warm.tokens = lm.model->vocab().tokenize("Warm up the weights and the threads, please.", false, true);
-    scratch.prefill(warm);
-  }
-  kv::PagePool baseline_pool(lm.model->backend(), layout, size_t(o.cache_mib) << 20),
-      choreo_pool(lm.model->backend(), layout, size_t(o.cache_mib) << 20);
+  runtime::ModelOptions model_options = o.engine.model_options();
+  model_options.add_models = exec::workflow_models_adder(workflow);
+  const std::shared_ptr<runtime::LoadedModels> loaded = runtime::load_models(model_options);
+  const model::Model& model = loaded->model();
+  // Warm-up (page faults on the weights, thread start), on a scratch engine so neither cache sees it;
+  // first, so that the backend is told the --cache-mib budget last (Backend::set_kv_budget).
+  runtime::warm_up(loaded->models(), o.engine.page_tokens);
+  const runtime::EngineOptions baseline_options = o.engine.engine_options(baseline_mode, StorePolicy::None);
+  const runtime::EngineOptions choreo_options = o.engine.engine_options(runtime::Mode::Choreo, StorePolicy::None);
 
   std::vector<double> b_ttft, c_ttft, b_e2e, c_e2e;
   std::vector<StepSummary> steps;
@@ -95,20 +87,21 @@ void run_profile(const ProfileOptions& o) {
   // `run --inputs` and `eval`), unless --cold; the baseline gets a fresh engine per instance (cold), as a
   // chat API call that shares nothing with the previous row. KV that outgrows --cache-mib is evicted
   // (docs/store.md, "Tiers"), with the same results.
-  std::optional<runtime::Engine> warm_choreo;
-  if (!o.cold) warm_choreo.emplace(models.set, choreo_pool, runtime::Mode::Choreo, 512);
+  std::unique_ptr<runtime::OpenedEngine> warm_choreo;
+  if (!o.cold) warm_choreo = runtime::open_engine(loaded, choreo_options);
   for (size_t i = 0; i < rows.size(); ++i) {
-    runtime::Engine baseline(models.set, baseline_pool, baseline_mode, 512);
-    std::optional<runtime::Engine> cold_choreo;
-    if (o.cold) cold_choreo.emplace(models.set, choreo_pool, runtime::Mode::Choreo, 512);
-    runtime::Engine& choreo = o.cold ? *cold_choreo : *warm_choreo;
+    const std::unique_ptr<runtime::OpenedEngine> baseline_engine = runtime::open_engine(loaded, baseline_options);
+    runtime::Engine& baseline = baseline_engine->engine();
+    std::unique_ptr<runtime::OpenedEngine> cold_choreo;
+    if (o.cold) cold_choreo = runtime::open_engine(loaded, choreo_options);
+    runtime::Engine& choreo = o.cold ? cold_choreo->engine() : warm_choreo->engine();
     exec::ProfiledInstance p;
     try {
       p = exec::profile_instance(workflow, baseline, choreo, rows[i].arguments);
     } catch (...) {
       // --json still gets the instances measured so far, marked incomplete.
       if (!o.json_path.empty()) {
-        nlohmann::ordered_json doc = {{"workflow", workflow.name.value}, {"model", lm.model->file().path()},
+        nlohmann::ordered_json doc = {{"workflow", workflow.name.value}, {"model", model.file().path()},
                                       {"baseline_mode", o.baseline},    {"incomplete", true},
                                       {"error", fmt::format("row at line {}: {}", rows[i].line,
                                                             describe_error(std::current_exception()))},
@@ -172,7 +165,7 @@ void run_profile(const ProfileOptions& o) {
     return v.empty() ? 0.0 : s / double(v.size());
   };
   fmt::print("{} on {} instance(s), model {}; baseline = {} mode, choreo forced to the baseline's token counts\n\n",
-             workflow.name.value, n, lm.model->file().path(), o.baseline);
+             workflow.name.value, n, model.file().path(), o.baseline);
   fmt::print("{:<22} {:>5} {:>13} {:>13} {:>8} {:>19} {:>19}\n", "step (mean/instance)", "n", "base TTFT ms",
              "choreo TTFT", "ratio", "computed base/chor", "reused base/chor");
   for (const StepSummary& s : steps) {
@@ -195,7 +188,7 @@ void run_profile(const ProfileOptions& o) {
                "were not forced\n",
                unforced);
   if (!o.json_path.empty()) {
-    nlohmann::ordered_json doc = {{"workflow", workflow.name.value}, {"model", lm.model->file().path()},
+    nlohmann::ordered_json doc = {{"workflow", workflow.name.value}, {"model", model.file().path()},
                                   {"baseline_mode", o.baseline},    {"instances", raw},
                                   {"ttft_ratio", {{"ratio", ttft.ratio}, {"low", ttft.low}, {"high", ttft.high}}},
                                   {"e2e_ratio", {{"ratio", e2e.ratio}, {"low", e2e.low}, {"high", e2e.high}}}};
@@ -210,7 +203,6 @@ void register_profile(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "profile", "time a workflow in a chat-API baseline mode vs choreo mode with equal generated tokens");
   cmd->add_option("workflow", o->workflow_path, "workflow YAML file");
-  add_model_options(*cmd, o->model_path, o->n_threads);
   cmd->add_option("--inputs", o->inputs_path, "JSON Lines file, one instance per line (as for choreo run)");
   cmd->add_option("--limit", o->limit, "instances to run from --inputs (default 10; 0 = all)")
       ->check(at_least(0));
@@ -220,10 +212,7 @@ void register_profile(CLI::App& app) {
   cmd->add_option("--baseline", o->baseline, "baseline mode: prefix (default) or naive")
       ->check(CLI::IsMember({"prefix", "naive"}));
   cmd->add_option("--json", o->json_path, "write the raw per-instance numbers as JSON here");
-  cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget per mode in MiB (default 4096)")
-      ->check(at_least(1));
-  add_kv_options(*cmd, o->kv);
-  add_lora_options(*cmd, o->lora);
+  o->engine.add(*cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv | EngineFlags::kCache);
   cmd->add_flag("--cold", o->cold,
                 "a fresh choreo engine per instance (default: one across instances, so later instances reuse "
                 "what earlier ones encoded; the baseline is always fresh per instance)");

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "cli/engine_flags.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "runtime/eval/dataset.h"
@@ -26,12 +27,10 @@ namespace choreo::cli {
 namespace {
 
 struct ReuseOptions {
-  std::string model_path, sender = "default", receiver, data_path, out_dir, quality = "f1";
+  std::string sender = "default", receiver, data_path, out_dir, quality = "f1";
   double sender_scale = 1, receiver_scale = 1;
-  LoraOptions lora;
-  KvOptions kv;
-  int n_threads = 0, split = 50, limit = 20, step = 1, max_span = 0, max_tokens = 16, context_tokens = 1024;
-  int cache_mib = 4096;
+  EngineFlags engine;
+  int split = 50, limit = 20, step = 1, max_span = 0, max_tokens = 16, context_tokens = 1024;
   double max_loss = 0.05;
   bool critical = false, resume = false;
 };
@@ -202,18 +201,21 @@ void run_reuse(const ReuseOptions& o) {
   if (o.split < 1 || o.split > 99)
     throw InputError(fmt::format("--split {}: the training share must be 1 to 99 percent", o.split));
   const eval::Dataset data = eval::load_dataset(o.data_path);
-  LoadedModel lm = load_model(o.model_path, o.n_threads);
-  lm.lora = o.lora.load(*lm.model);
-  const int n_layers = lm.model->config().n_layers;
-  std::vector<std::unique_ptr<model::Model>> owned;
-  runtime::ModelSet set(*lm.model, lm.lora);
-  const int sender = add_model(set, o.sender, o.sender_scale, "sender", *lm.model, owned);
-  const int receiver = add_model(set, o.receiver, o.receiver_scale, "receiver", *lm.model, owned);
+  int sender = 0, receiver = 0;
+  runtime::ModelOptions model_options = o.engine.model_options();
+  model_options.add_models = [&](const model::Model& base, runtime::ModelSet& set, runtime::ExtraModels& extra) {
+    sender = add_model(set, o.sender, o.sender_scale, "sender", base, extra.owned);
+    receiver = add_model(set, o.receiver, o.receiver_scale, "receiver", base, extra.owned);
+  };
+  const std::shared_ptr<runtime::LoadedModels> loaded = runtime::load_models(model_options);
+  const model::Model& base = loaded->model();
+  const int n_layers = base.config().n_layers;
+  runtime::ModelSet set = loaded->models();
   if (set[size_t(sender)].fingerprint == set[size_t(receiver)].fingerprint)
     throw InputError("the sender and the receiver are the same model: every plan would read its own KV",
                      "profile two different models (another adapter, scale or GGUF)");
 
-  std::vector<eval::ReuseItem> items = eval::reuse_items(data, *lm.model, o.context_tokens);
+  std::vector<eval::ReuseItem> items = eval::reuse_items(data, base, o.context_tokens);
   if (o.limit > 0 && int(items.size()) > o.limit) items.resize(size_t(o.limit));
   if (items.size() < 2) throw InputError("the reuse profiler needs at least 2 items (a training and a held-out split)");
   const size_t n_train = std::clamp<size_t>(size_t(std::lround(double(items.size()) * o.split / 100.0)), 1,
@@ -238,18 +240,17 @@ void run_reuse(const ReuseOptions& o) {
 
   std::filesystem::create_directories(o.out_dir);
   const nlohmann::ordered_json config = {
-      {"model", lm.model->file().path()},
+      {"model", base.file().path()},
       {"sender", {{"spec", o.sender}, {"scale", o.sender_scale}, {"fingerprint", hex(set[size_t(sender)].fingerprint)}}},
       {"receiver",
        {{"spec", o.receiver}, {"scale", o.receiver_scale}, {"fingerprint", hex(set[size_t(receiver)].fingerprint)}}},
       {"data", o.data_path},       {"items", items.size()},          {"train", n_train},
-      {"max_tokens", o.max_tokens}, {"context_tokens", o.context_tokens}, {"kv", o.kv.type_k + "/" + o.kv.type_v}};
+      {"max_tokens", o.max_tokens}, {"context_tokens", o.context_tokens}, {"kv", o.engine.type_k + "/" + o.engine.type_v}};
   RunLog log((std::filesystem::path(o.out_dir) / "runs.jsonl").string(), config, o.resume);
   if (log.n_resumed() > 0) std::fprintf(stderr, "profile reuse: resuming: %zu runs in the log\n", log.n_resumed());
 
-  const kernels::KvLayout layout = o.kv.layout(*lm.model);
-  kv::PagePool pool(lm.model->backend(), layout, size_t(o.cache_mib) << 20);
-  eval::ReuseRunner runner(set, sender, receiver, pool, data.metric, o.max_tokens);
+  eval::ReuseRunner runner(set, sender, receiver, o.engine.engine_options(runtime::Mode::Choreo, StorePolicy::None),
+                           data.metric, o.max_tokens);
 
   // The sweep, on the training split.
   std::vector<eval::PlanScore> scores = score_plans(runner, log, "train", train, plans, n_layers);
@@ -339,8 +340,6 @@ void register_profile_reuse(CLI::App& profile) {
   auto o = std::make_shared<ReuseOptions>();
   CLI::App* cmd = profile.add_subcommand(
       "reuse", "sweep cross-model reuse plans (DroidSpeak) for a sender and a receiver model on a dataset");
-  add_model_options(*cmd, o->model_path, o->n_threads);
-  add_lora_options(*cmd, o->lora);
   cmd->add_option("--sender", o->sender,
                   "the model that encodes the passages: default (-m with --lora), an adapter GGUF over -m, or "
                   "another GGUF of -m's architecture (default: default)");
@@ -367,8 +366,7 @@ void register_profile_reuse(CLI::App& profile) {
   cmd->add_flag("--critical", o->critical,
                 "also score the chosen number of layers as the individually best single layers (DroidSpeak Fig. 11)");
   cmd->add_flag("--resume", o->resume, "continue the profile whose runs.jsonl is in -o");
-  cmd->add_option("--cache-mib", o->cache_mib, "KV page pool budget in MiB (default 4096)")->check(at_least(1));
-  add_kv_options(*cmd, o->kv);
+  o->engine.add(*cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv | EngineFlags::kCache);
   cmd->callback([o] { run_reuse(*o); });
 }
 

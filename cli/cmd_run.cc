@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "cli/engine_flags.h"
 #include "dsl/workflow_parser.h"
 #include "common/error.h"
 #include "common/terminal_text.h"
@@ -26,39 +27,21 @@
 #include "runtime/exec/run_report.h"
 #include "runtime/exec/thread_room.h"
 #include "cli/stream_printer.h"
-#include "runtime/kv/page_pool.h"
-#include "runtime/store/cache_dir.h"
-#include "runtime/store/disk_store.h"
+#include "runtime/engine/open_engine.h"
 
 namespace choreo::cli {
 
 namespace {
 
 struct RunOptions {
-  std::string workflow_path, model_path, mode = "choreo", json_path, trace_path, inputs_path, cache_dir;
-  bool no_store = false;
+  std::string workflow_path, mode = "choreo", json_path, trace_path, inputs_path;
   std::vector<std::string> inputs, params, maps;
-  int n_threads = 0;
   int concurrency = 8;
   int limit = 0;
   bool no_leak = false;
-  TierOptions tiers;
-  KvOptions kv;
-  LoraOptions lora;
+  EngineFlags engine;
   int64_t max_steps = dsl::kDefaultMaxSteps;
 };
-
-/// -m wins; else the workflow's `model:` (as given, or next to the workflow; confined to the workflow's
-/// directory like every file a workflow names: exec::find_workflow_file); else the default model.
-std::string resolve_model(const RunOptions& o, const dsl::Workflow& workflow) {
-  if (!o.model_path.empty() || !workflow.model) return o.model_path;
-  try {
-    return exec::find_workflow_file(workflow, *workflow.model, "the workflow's model").string();
-  } catch (const InputError& e) {
-    throw InputError(e.message(), e.hint() + "; or pass the model's path with -m", workflow.model->where,
-                     workflow.source_line(workflow.model->where.line));
-  }
-}
 
 /// ANSI colour of an agent: its declared `color:` when it is a named colour, else one picked by its name.
 std::string agent_colour(const dsl::Workflow& workflow, const std::string& agent) {
@@ -78,6 +61,17 @@ std::string agent_colour(const dsl::Workflow& workflow, const std::string& agent
   return palette[std::hash<std::string>{}(agent) % 6];
 }
 
+/// Agents' colours and model text as the terminal shows them: a terminal gets colours and escaped text
+/// (common/terminal_text.h); a pipe or file gets the text exactly.
+struct Colours {
+  bool on;
+  std::function<std::string(const std::string&)> of;
+  explicit Colours(const dsl::Workflow& workflow) : on(isatty(STDOUT_FILENO) != 0) {
+    of = [this, &workflow](const std::string& agent) { return on ? agent_colour(workflow, agent) : std::string(); };
+  }
+  std::string shown(const std::string& text) const { return on ? escape_for_terminal(text) : text; }
+};
+
 /// The JSON document `--json` writes: the run(s) with the workflow, model and mode.
 nlohmann::ordered_json document(const dsl::Workflow& workflow, const RunOptions& o, const std::string& model_path,
                                 const std::vector<exec::InputRow>& rows,
@@ -87,7 +81,7 @@ nlohmann::ordered_json document(const dsl::Workflow& workflow, const RunOptions&
   j["model"] = model_path;
   j["mode"] = o.mode;
   j["no_leak"] = o.no_leak;
-  j["tiers"] = tiers_json(o.tiers, tiers);
+  j["tiers"] = o.engine.tiers_json(tiers);
   // A failed instance keeps what it did before the error, marked incomplete.
   auto run_of = [](const exec::InstanceOutcome& outcome) {
     nlohmann::ordered_json e;
@@ -163,13 +157,72 @@ void print_summary(const std::vector<exec::InstanceOutcome>& outcomes, const mod
   line += fmt::format("; a prefix-caching chat baseline would compute {} tokens", baseline.computed);
   if (computed > 0) line += fmt::format(" ({:.1f}x)", double(baseline.computed) / double(computed));
   std::fprintf(stderr, "%s\n", line.c_str());
-  if (tiers.t0_evictions > 0 || tiers.t3_writes > 0 || tiers.t3_hits > 0)
+  if (tiers.t0_evictions > 0 || tiers.t3.writes > 0 || tiers.t3.hits > 0)
     std::fprintf(stderr, "%s\n", tiers_line(tiers).c_str());
 }
 
 /// Prints an error that stopped one instance (of several) and keeps going.
 void report_instance_error(const std::exception_ptr& error, int line, const std::string& inputs_path) {
   std::fprintf(stderr, "%s:%d: this row failed:\n%s", inputs_path.c_str(), line, describe_error(error).c_str());
+}
+
+/// One instance: every decode streams token by token.
+std::vector<exec::InstanceOutcome> run_once(const dsl::Workflow& workflow, runtime::Engine& engine,
+                                            const exec::RunArguments& arguments, const RunOptions& o,
+                                            const Colours& colours) {
+  StreamPrinter printer(engine.model().vocab(), colours.of, stdout);
+  exec::RunHooks hooks;
+  hooks.on_decode_start = [&](const std::vector<exec::DecodeBranch>& b) { printer.start(b); };
+  hooks.on_token = [&](size_t branch, model::Token t) { printer.token(branch, t); };
+  hooks.on_decoded = [&](const exec::MessageRecord& m) { printer.finished(m); };
+  exec::InstancesOptions options;
+  options.no_leak = o.no_leak;
+  options.hooks = [&](size_t) { return hooks; };
+  return exec::run_instances(workflow, engine, {arguments}, options);
+}
+
+/// Many instances: their calls share engine batches; each decode is printed when its batch finishes.
+std::vector<exec::InstanceOutcome> run_rows(const dsl::Workflow& workflow, runtime::Engine& engine,
+                                            const std::vector<exec::InputRow>& rows, const RunOptions& o,
+                                            const Colours& colours) {
+  std::mutex print;
+  exec::InstancesOptions options;
+  options.concurrency = o.concurrency;
+  options.no_leak = o.no_leak;
+  options.hooks = [&](size_t i) {
+    exec::RunHooks hooks;
+    hooks.on_decoded = [&, i](const exec::MessageRecord& m) {
+      std::lock_guard lock(print);
+      const std::string who = m.agent.empty() ? m.name : fmt::format("{} ({})", m.name, m.agent);
+      const std::string c = colours.of(m.agent);
+      const std::string title = fmt::format("── row {} · {}", rows[i].line, who);
+      std::cout << (c.empty() ? title : fmt::format("\033[1;{}m{}\033[0m", c, title)) << "\n"
+                << colours.shown(m.text) << "\n\n" << std::flush;
+    };
+    return hooks;
+  };
+  std::vector<exec::RunArguments> all;
+  for (const exec::InputRow& r : rows) all.push_back(r.arguments);
+  return exec::run_instances(workflow, engine, all, options);
+}
+
+/// Prints each row's output (or its error); returns how many rows failed.
+int print_row_outputs(const dsl::Workflow& workflow, const std::vector<exec::InputRow>& rows,
+                      const std::vector<exec::InstanceOutcome>& outcomes, const RunOptions& o,
+                      const Colours& colours) {
+  int failed = 0;
+  for (size_t i = 0; i < outcomes.size() && !rows.empty(); ++i) {
+    if (outcomes[i].error) {
+      ++failed;
+      report_instance_error(outcomes[i].error, rows[i].line, o.inputs_path);
+      continue;
+    }
+    if (workflow.output)
+      std::cout << (colours.on ? fmt::format("\033[1m── row {} output\033[0m\n", rows[i].line)
+                               : fmt::format("── row {} output\n", rows[i].line))
+                << colours.shown(outcomes[i].result.output) << "\n";
+  }
+  return failed;
 }
 
 void run_run(const RunOptions& o) {
@@ -181,88 +234,32 @@ void run_run(const RunOptions& o) {
   if (o.limit > 0 && rows.size() > size_t(o.limit)) rows.resize(size_t(o.limit));
   if (!o.json_path.empty()) check_writable(o.json_path, "--json");
   if (!o.trace_path.empty()) check_writable(o.trace_path, "--trace");
-  LoadedModel lm = load_model(resolve_model(o, workflow), o.n_threads);
-  kv::PagePool pool(lm.model->backend(), o.kv.layout(*lm.model), o.tiers.t0_bytes());
-  lm.lora = o.lora.load(*lm.model);
   // The run's model (with --lora adapters) is model 0; the workflow's `models:` follow.
-  const exec::WorkflowModels models = exec::load_workflow_models(workflow, *lm.model, lm.lora);
-  runtime::Engine engine(models.set, pool, mode, 512);
-  engine.set_tiers(o.tiers.tiers());
-  // Encodings saved by `choreo encode` (PML modules) are read from the persistent store.
-  std::unique_ptr<store::DiskStore> disk;
-  // With a T2 budget (--disk-cache-mib), evictions write to it too.
-  if (!o.no_store && mode == runtime::Mode::Choreo) {
-    const std::string dir = store::resolve_cache_dir(o.cache_dir);
-    const bool t2_writes = o.tiers.disk_cache_mib > 0;
-    if (!o.cache_dir.empty() || t2_writes || std::filesystem::is_directory(dir)) {
-      disk = std::make_unique<store::DiskStore>(dir, /*create=*/t2_writes);
-      engine.set_disk_store(disk.get());
-    }
-  }
-  std::unique_ptr<store::RedisStore> redis = mode == runtime::Mode::Choreo ? open_redis(o.tiers) : nullptr;
-  engine.set_remote_store(redis.get());
+  runtime::ModelOptions model_options = o.engine.model_options(exec::workflow_model_path(workflow, o.engine.model_path));
+  model_options.add_models = exec::workflow_models_adder(workflow);
+  const std::unique_ptr<runtime::OpenedEngine> opened =
+      runtime::open_engine(model_options, o.engine.engine_options(mode, StorePolicy::Default));
+  runtime::Engine& engine = opened->engine();
+  const std::string model_path = opened->model().file().path();
 
-  const bool colour = isatty(STDOUT_FILENO) != 0;
-  auto colour_of = [&](const std::string& agent) { return colour ? agent_colour(workflow, agent) : std::string(); };
-  // Model text on a terminal is escaped (common/terminal_text.h); a pipe or file gets it exactly.
-  auto shown = [&](const std::string& text) { return colour ? escape_for_terminal(text) : text; };
+  const Colours colours(workflow);
   std::vector<exec::InstanceOutcome> outcomes;
   if (rows.empty()) {
-    // One instance: stream every decode token by token.
-    StreamPrinter printer(lm.model->vocab(), colour_of, stdout);
-    exec::RunHooks hooks;
-    hooks.on_decode_start = [&](const std::vector<exec::DecodeBranch>& b) { printer.start(b); };
-    hooks.on_token = [&](size_t branch, model::Token t) { printer.token(branch, t); };
-    hooks.on_decoded = [&](const exec::MessageRecord& m) { printer.finished(m); };
-    exec::InstancesOptions options;
-    options.no_leak = o.no_leak;
-    options.hooks = [&](size_t) { return hooks; };
-    outcomes = exec::run_instances(workflow, engine, {arguments}, options);
+    outcomes = run_once(workflow, engine, arguments, o, colours);
     if (outcomes[0].error) {
-      write_outputs(workflow, o, lm.model->file().path(), rows, outcomes, engine);  // marked incomplete
+      write_outputs(workflow, o, model_path, rows, outcomes, engine);  // marked incomplete
       std::rethrow_exception(outcomes[0].error);
     }
     if (workflow.output)
-      std::cout << (colour ? "\033[1m── output\033[0m\n" : "── output\n") << shown(outcomes[0].result.output)
+      std::cout << (colours.on ? "\033[1m── output\033[0m\n" : "── output\n") << colours.shown(outcomes[0].result.output)
                 << "\n"
                 << std::flush;
   } else {
-    // Many instances: their calls share engine batches; each decode is printed when its batch finishes.
-    std::mutex print;
-    exec::InstancesOptions options;
-    options.concurrency = o.concurrency;
-    options.no_leak = o.no_leak;
-    options.hooks = [&](size_t i) {
-      exec::RunHooks hooks;
-      hooks.on_decoded = [&, i](const exec::MessageRecord& m) {
-        std::lock_guard lock(print);
-        const std::string who = m.agent.empty() ? m.name : fmt::format("{} ({})", m.name, m.agent);
-        const std::string c = colour_of(m.agent);
-        const std::string title = fmt::format("── row {} · {}", rows[i].line, who);
-        std::cout << (c.empty() ? title : fmt::format("\033[1;{}m{}\033[0m", c, title)) << "\n"
-                  << shown(m.text) << "\n\n" << std::flush;
-      };
-      return hooks;
-    };
-    std::vector<exec::RunArguments> all;
-    for (const exec::InputRow& r : rows) all.push_back(r.arguments);
-    outcomes = exec::run_instances(workflow, engine, all, options);
+    outcomes = run_rows(workflow, engine, rows, o, colours);
   }
-
-  int failed = 0;
-  for (size_t i = 0; i < outcomes.size() && !rows.empty(); ++i) {
-    if (outcomes[i].error) {
-      ++failed;
-      report_instance_error(outcomes[i].error, rows[i].line, o.inputs_path);
-      continue;
-    }
-    if (workflow.output)
-      std::cout << (colour ? fmt::format("\033[1m── row {} output\033[0m\n", rows[i].line)
-                           : fmt::format("── row {} output\n", rows[i].line))
-                << shown(outcomes[i].result.output) << "\n";
-  }
-  write_outputs(workflow, o, lm.model->file().path(), rows, outcomes, engine);
-  print_summary(outcomes, lm.model->vocab(), engine.tier_stats());
+  const int failed = print_row_outputs(workflow, rows, outcomes, o, colours);
+  write_outputs(workflow, o, model_path, rows, outcomes, engine);
+  print_summary(outcomes, engine.model().vocab(), engine.tier_stats());
   if (failed > 0)
     throw InputError(fmt::format("{} of {} rows failed (errors above)", failed, rows.size()),
                      "the other rows ran; fix the failing rows and run them again");
@@ -274,7 +271,6 @@ void register_run(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "run a workflow file once (see docs/workflow-language.md)");
   cmd->add_option("workflow", o->workflow_path, "workflow YAML file")->required();
-  add_model_options(*cmd, o->model_path, o->n_threads);
   add_pairs_option(*cmd, "--input", o->inputs, "an input value, KEY=VALUE (repeatable)");
   add_pairs_option(*cmd, "--map", o->maps, "with --inputs: read input INPUT from row key FIELD, INPUT=FIELD (repeatable)");
   add_pairs_option(*cmd, "--param", o->params, "override a param, KEY=VALUE (repeatable)");
@@ -292,17 +288,13 @@ void register_run(CLI::App& app) {
   cmd->add_option("--concurrency", o->concurrency,
                   "with --inputs: instances in flight at once; their ready calls share engine batches (default 8)")
       ->check(CLI::Range(1, exec::kMaxConcurrency));
-  cmd->add_option("--cache-dir", o->cache_dir,
-                  "persistent store to read encodings from (default $CHOREO_CACHE_DIR, else the XDG cache dir)");
-  cmd->add_flag("--no-store", o->no_store, "do not read encodings from the persistent store");
   cmd->add_flag("--no-leak", o->no_leak,
                 "re-encode parents whose encoding carries another agent's private messages (see choreo check)");
-  add_tier_options(*cmd, o->tiers);
-  add_kv_options(*cmd, o->kv);
-  add_lora_options(*cmd, o->lora);
+  o->engine.add(*cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv | EngineFlags::kCache |
+                         EngineFlags::kTiers | EngineFlags::kRedis | EngineFlags::kStore);
   add_max_steps_option(*cmd, o->max_steps);
   cmd->callback([o] {
-    o->tiers.resolve();
+    o->engine.resolve();
     run_run(*o);
   });
 }

@@ -1,11 +1,12 @@
 #pragma once
-// The token id type, below runtime/kv (which stores tokens) and runtime/model (which makes them), so that kv
-// need not include the model. It keeps its name choreo::model::Token.
+// The token id type, below runtime/kv (which stores tokens), runtime/store (which persists them) and
+// runtime/model (which makes them: there it is also called model::Token), so that none of those need include
+// the model.
 
 #include <cstdint>
 
-namespace choreo::model {
+namespace choreo {
 
 using Token = int32_t;
 
-}  // namespace choreo::model
+}  // namespace choreo

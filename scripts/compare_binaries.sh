@@ -7,6 +7,12 @@
 # ttft_ms, total_ms and load_ms are left out, and fields newer than OLD_BIN are skipped: see ADDED), stdout,
 # and the exit code (stderr too when a run fails, so a run that fails alike on both, e.g. a PML schema with roles on stories260K, counts as the same). madpar also runs as
 # 3 instances of one run (--inputs), compared without what depends on thread timing (see same() below).
+# Then the KV tiers: every workflow again on the chat model in choreo mode, with 8-token pages and a T0 budget
+# small enough to evict (the smallest of 60/70/80/90% of its peak that the old binary runs with and evicts
+# at; madpar with 3 rounds, so that a round's answers can leave while the next round runs), under both
+# policies, with nothing, T1, T2 (a fresh store per run) or a Redis T3 (a redis-server started here, emptied
+# before each run) below, prefetch off: everything compared, the --json's tier counters included. With
+# `--evict workflow` and prefetch on (T1, T2), only what cannot depend on when a background load finishes.
 #
 #   scripts/compare_binaries.sh OLD_BIN NEW_BIN
 #
@@ -23,6 +29,7 @@
 #   MODES             default "choreo prefix naive"
 #   ONLY              space-separated workflow names to run (default: all the script knows)
 #   OUT               where runs are written (default a new temporary directory, kept for inspection)
+#   TIERS             1 (default) runs the tier comparisons, 0 skips them
 # Prints one line per comparison (same / DIFFERENT with the first difference) and a summary; exits 1 when any
 # comparison differs, 2 on bad usage. A workflow the script has no inputs for is listed as skipped.
 set -euo pipefail
@@ -93,11 +100,12 @@ for variant in ("plain", "stop"):
 EOF
 
 # run BIN TAG WORKFLOW MODEL MODE [ARGS...]: runs one binary, leaving TAG.json, TAG.out, TAG.err and TAG.rc.
+store_args=(--no-store)
 run() {
   local bin="$1" tag="$2" wf="$3" model="$4" mode="$5"
   shift 5
   local rc=0
-  "$bin" run "$wf" -m "$model" -t "$threads" --mode "$mode" --no-store --json "$tag.json" "$@" \
+  "$bin" run "$wf" -m "$model" -t "$threads" --mode "$mode" "${store_args[@]}" --json "$tag.json" "$@" \
     >"$tag.out" 2>"$tag.err" </dev/null || rc=$?
   echo "$rc" >"$tag.rc"
 }
@@ -111,7 +119,9 @@ run() {
 same() {
   python3 - "$1" "$2" "${3:-}" <<'EOF'
 import json, pathlib, re, sys
-old, new, instances = sys.argv[1], sys.argv[2], sys.argv[3] == "instances"
+old, new, how = sys.argv[1], sys.argv[2], sys.argv[3]
+instances = how == "instances"
+outputs_only = how == "outputs"  # runs with background prefetch: tier counters depend on when loads finish
 read = lambda tag, ext: pathlib.Path(f"{tag}.{ext}").read_bytes() if pathlib.Path(f"{tag}.{ext}").exists() else None
 def order_free(doc):
     total = 0
@@ -138,7 +148,9 @@ def first_difference(a, b, path="$"):
         return f"{path}: {a!r} vs {b!r}"
     if isinstance(a, dict):
         for k in sorted(set(a) | set(b)):
-            if k in ("ttft_ms", "total_ms", "load_ms"):
+            if k in ("ttft_ms", "total_ms", "load_ms", "prefetch_wait_ms", "e_recompute_ms"):
+                continue
+            if outputs_only and k in ("tiers", "n_loaded", "n_recomputed"):
                 continue
             if k in ADDED and k not in a:  # an output field newer than the old binary
                 continue
@@ -223,6 +235,93 @@ for wf_path in "$root"/workflows/*.yaml; do
     done
   done
 done
+# ---- the KV tiers ------------------------------------------------------------------------------------
+compare() {  # compare LABEL OLD_TAG NEW_TAG [how]
+  if why="$(same "$2" "$3" "${4:-}" 2>&1)"; then
+    n_same=$((n_same + 1))
+    note=""
+    [[ "$(cat "$2.rc")" == 0 ]] || note=" (both exit $(cat "$2.rc"): $(grep -m1 -i error "$2.err" || true))"
+    echo "same  $1$note"
+  else
+    n_diff=$((n_diff + 1))
+    echo "DIFFERENT  $1: $why   (files: $2.*, $3.*)"
+  fi
+}
+json_field() {  # json_field FILE PYTHON-EXPR-ON-d: prints the value, or nothing
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2" 2>/dev/null || true
+}
+if [[ "${TIERS:-1}" == 1 ]]; then
+  redis_port=""
+  if command -v redis-server >/dev/null 2>&1; then
+    redis_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no >"$out/redis.log" 2>&1 &
+    redis_pid=$!
+    trap 'kill $redis_pid 2>/dev/null || true' EXIT
+    for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  else
+    echo "skip  T3 runs: redis-server is not installed"
+  fi
+  for wf_path in "$root"/workflows/*.yaml; do
+    name="$(basename "$wf_path" .yaml)"
+    if [[ -n "${ONLY:-}" && " $ONLY " != *" $name "* ]]; then continue; fi
+    [[ -n "${needs_files[$name]:-}" || ! -v "args[$name]" ]] && continue
+    wf_args=()
+    while IFS= read -r line; do
+      [[ "$name" == madpar && "$line" == "param rounds="* ]] && line="param rounds=3"
+      [[ -n "$line" ]] && wf_args+=("--${line%% *}" "${line#* }")
+    done <<<"${args[$name]}"
+    wf_args+=(--page-tokens 8)
+    wf="$out/workflows-plain/$name.yaml"
+    model_tag="$(basename "$chat_model" .gguf)"
+    base="$out/tiers-$name"
+    run "$old_bin" "$base-probe" "$wf" "$chat_model" choreo "${wf_args[@]}"
+    peak=$(json_field "$base-probe.json" 'd["tiers"]["t0_peak_bytes"]')
+    budget=""
+    for f in 60 70 80 90; do
+      [[ -n "$peak" ]] || break
+      mib=$(( (peak * f / 100 + 1048575) / 1048576 ))
+      run "$old_bin" "$base-probe-$mib" "$wf" "$chat_model" choreo "${wf_args[@]}" --cache-mib "$mib" --evict lru
+      if [[ "$(cat "$base-probe-$mib.rc")" == 0 && "$(json_field "$base-probe-$mib.json" 'd["tiers"]["t0_evictions"]')" -gt 0 ]]; then
+        budget=$mib
+        break
+      fi
+    done
+    if [[ -z "$budget" ]]; then
+      echo "skip  $name tiers: no T0 budget of 60-90% of its peak ($peak bytes) runs and evicts"
+      continue
+    fi
+    for policy in lru workflow; do
+      for tier in none T1 T2 T3 T1-prefetch T2-prefetch; do
+        [[ "$tier" == T3 && -z "$redis_port" ]] && continue
+        [[ "$tier" == *-prefetch && "$policy" == lru ]] && continue
+        extra=("${wf_args[@]}" --cache-mib "$budget" --evict "$policy" --prefetch-steps 0)
+        [[ "$tier" == *-prefetch ]] && extra=("${wf_args[@]}" --cache-mib "$budget" --evict "$policy" --prefetch-steps 2)
+        [[ "$tier" == T1* ]] && extra+=(--host-cache-mib 64)
+        [[ "$tier" == T2* ]] && extra+=(--disk-cache-mib 64)
+        [[ "$tier" == T3 ]] && extra+=(--redis "127.0.0.1:$redis_port")
+        tag="$base-$policy-$tier"
+        for side in old new; do
+          bin="$old_bin"
+          [[ "$side" == new ]] && bin="$new_bin"
+          [[ "$tier" == T3 ]] && redis-cli -p "$redis_port" flushall >/dev/null
+          store_args=(--no-store)
+          if [[ "$tier" == T2* ]]; then
+            rm -rf "$tag.$side.store"
+            store_args=(--cache-dir "$tag.$side.store")
+          fi
+          run "$bin" "$tag.$side" "$wf" "$chat_model" choreo "${extra[@]}"
+          store_args=(--no-store)
+        done
+        n_runs=$((n_runs + 2))
+        [[ "$(cat "$tag.old.rc")" == 0 ]] || failed_runs=$((failed_runs + 1))
+        how=""
+        [[ "$tier" == *-prefetch ]] && how="outputs"
+        compare "$name tiers $model_tag choreo --cache-mib $budget --evict $policy, $tier below" "$tag.old" "$tag.new" $how
+      done
+    done
+  done
+fi
+
 echo "compare_binaries.sh: $n_same same, $n_diff different, $n_runs runs ($failed_runs comparisons where both runs" \
   "failed alike), $(( $(date +%s) - start )) s; runs kept in $out"
 [[ $n_diff -eq 0 ]]

@@ -93,7 +93,7 @@ kv::MessageId Engine::encoding_on(int model, kv::MessageId id, CallStats& stats)
     if (kv::Message* found = store_.find(key)) {
       out = found->id;
     } else if (std::optional<kv::MessageId> loaded =
-                   variant == 0 && (disk_ || remote_) ? load_stored(key, 0, model) : std::nullopt) {
+                   variant == 0 && tiers_.has_stores() ? tiers_.load(key, model) : std::nullopt) {
       out = *loaded;
       stats.n_loaded += int(src.tokens.size());
       store_.record(out).source = a;
@@ -114,9 +114,9 @@ kv::MessageId Engine::encoding_on(int model, kv::MessageId id, CallStats& stats)
       m.e_layers = models_.e_cache_layers(model, readers);
       try {
         Held held(store_);
-        std::vector<PlacedView> views = hold_parents(m, held, &stats);
+        std::vector<PlacedView> views = tiers_.hold_parents(m, held, &stats);
         if (variant != 0) {
-          hold(a, held, &stats);  // its KV is copied
+          tiers_.hold(a, held, &stats);  // its KV is copied
           encode_partial(m, store_.record(a), plan, views, stats);
         } else {
           Work w{&m, std::move(views), false, {}};
@@ -128,11 +128,7 @@ kv::MessageId Engine::encoding_on(int model, kv::MessageId id, CallStats& stats)
         throw;
       }
       store_.publish(m);
-      place_e_cache(m);
-      if (variant == 0) {  // a plan's encoding is this engine's alone: its key is not a hash of its entry
-        share(m);
-        write_through(m);
-      }
+      tiers_.made(m, /*prefill=*/true);  // a plan's encoding (variant) is this engine's alone: never written
       stats.n_cross_model += int(m.tokens.size());
       out = m.id;
     }
@@ -167,7 +163,7 @@ void Engine::encode_partial(kv::Message& m, const kv::Message& src, const CrossM
   for (const LayerRange& r : plan.ranges)
     if (r.begin < r.end && !saved(r.begin)) missing.push_back(r.begin);
   if (!missing.empty() && src.e_stored) {
-    from_store = stored_e_cache(src, missing);
+    from_store = tiers_.stored_e_cache(src, missing);
     std::erase_if(missing, [&](int layer) { return saved(layer) != nullptr; });
   }
   std::map<int, std::vector<float>> recomputed;
@@ -189,8 +185,7 @@ void Engine::encode_partial(kv::Message& m, const kv::Message& src, const CrossM
     }
     m.model = receiver;
     stats.n_e_recomputed += n_tokens;
-    tier_stats_.e_recomputed_tokens += uint64_t(n_tokens);
-    tier_stats_.e_recompute_ms += steady_ms() - e_start;
+    tiers_.count_e_recompute(uint64_t(n_tokens), steady_ms() - e_start);
   }
   for (const LayerRange& r : plan.ranges) {
     if (r.begin == r.end) continue;

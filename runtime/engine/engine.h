@@ -15,6 +15,7 @@
 #include "runtime/engine/placement.h"
 #include "runtime/engine/requests.h"
 #include "runtime/engine/step_oracle.h"
+#include "runtime/engine/tiers.h"
 #include "runtime/kv/message_store.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/sampler.h"
@@ -22,7 +23,6 @@
 namespace choreo::store {
 class DiskStore;
 class RedisStore;
-struct EntryMeta;
 }
 
 namespace choreo::runtime {
@@ -68,25 +68,26 @@ class Engine {
   /// Throws InputError for an unknown id or the BOS.
   void release(kv::MessageId id);
 
-  /// Uses a persistent store (not owned; null, the default, means none): a prefill whose content key is not
-  /// in memory is loaded from it when present. With `persist_prefills`, every computed prefill is saved to it.
+  /// Adds a store below T1 (not owned): T2 or T3, with what the tiers do with it (runtime/engine/tiers.h).
+  void add_store(store::EntryStore& store, StoreUse use) { tiers_.add_store(store, use); }
+  /// Shorthand for add_store: a persistent store on disk (null: none) that takes evictions (within the T2
+  /// budget), persist() and, with `persist_prefills`, every computed prefill. A prefill whose content key is
+  /// not in memory is loaded from it when present.
   void set_disk_store(store::DiskStore* disk, bool persist_prefills = false);
-  /// Uses a Redis server as T3 (not owned; null: none): every prefill this engine computes is written through
-  /// to it, and a prefill or evicted message found in no other tier is read from it (docs/store.md, "Tiers").
-  /// Encodings are shared with every process using the same server.
+  /// Shorthand for add_store: a Redis server as T3 (null: none). Every prefill this engine computes is
+  /// written through to it, and a prefill or evicted message found in no faster tier is read from it
+  /// (docs/store.md, "Tiers"). Encodings are shared with every process using the same server.
   void set_remote_store(store::RedisStore* remote);
-  /// Saves a complete message's encoding to the disk store, with its ancestors that are not there yet (so it
-  /// can be loaded by key alone), parents before children, each message once. If entries it wrote vanish
-  /// meanwhile (another process deleting them), they are written again, at most 3 times in all; then
-  /// RuntimeFailure.
-  /// `tag` is stored as-is (e.g. a PML schema hash). Throws InputError for an unknown or incomplete message,
-  /// a released ancestor, or when no disk store is set.
-  void persist(kv::MessageId id, uint64_t tag = 0);
-  /// The message with this content key: in memory, else loaded from the disk store (parents first, by key),
-  /// else nullopt. `model`: whose entries to read (keys cover the model, so another model's never match).
+  /// Saves a complete message's encoding to the persist store, with its ancestors that are not there yet
+  /// (TierManager::persist). Throws InputError for an unknown or incomplete message, a released ancestor, or
+  /// when no store persists.
+  void persist(kv::MessageId id, uint64_t tag = 0) { tiers_.persist(id, tag); }
+  /// The message with this content key: in memory, else loaded from a store (parents first, by key), else
+  /// nullopt. `model`: whose entries to read (keys cover the model, so another model's never match).
   std::optional<kv::MessageId> load(uint64_t key, int model = 0);
 
   kv::MessageStore& store() { return store_; }
+  const kv::MessageStore& store() const { return store_; }
   /// The default model's weights (models()[0]).
   const model::Model& model() const { return *models_.base().weights; }
   const ModelSet& models() const { return models_; }
@@ -113,17 +114,17 @@ class Engine {
   int first_pos() const { return bos_.front() == kv::kNoMessage ? 0 : 1; }
   /// The implicit BOS `model` encoded, which every call on it attends to at position 0 (kNoMessage: none).
   kv::MessageId bos(int model) const { return bos_[size_t(model)]; }
-  /// The KV tiers below T0 (the page pool's budget): the T1 budget and the eviction policy
-  /// (runtime/kv/tiers.h, docs/store.md "Tiers"). When a call needs pages the pool has no room for, messages
-  /// no running call uses leave T0 in policy order: to T1 when it has room, else nowhere (recomputed from
-  /// their parents if needed again, with the same bits). Results never depend on the settings.
-  void set_tiers(const kv::TierSettings& settings);
-  const kv::TierSettings& tiers() const { return tiers_; }
+  /// The KV tiers (runtime/engine/tiers.h): the T1 budget, the eviction policy, the T2 budget, prefetch and
+  /// write-through. When a call needs pages the pool has no room for, messages no running call uses leave T0
+  /// in policy order. Results never depend on the settings.
+  void set_tiers(const kv::TierSettings& settings) { tiers_.set_settings(settings); }
+  const kv::TierSettings& tier_settings() const { return tiers_.settings(); }
+  TierManager& tier_manager() { return tiers_; }
   /// What the tiers did so far, with the peak bytes held per tier.
-  kv::TierStats tier_stats() const;
-  /// Brings a message's encoding back to T0 (from T1, else recomputed over its parents) ahead of a call
-  /// that will read it. A message already resident, or one with nothing encoded, is left as it is.
-  /// Throws InputError for an unknown id, or when T0 cannot hold it beside what running calls use.
+  kv::TierStats tier_stats() const { return tiers_.stats(); }
+  /// Brings a message's encoding back to T0 ahead of a call that will read it. A message already resident,
+  /// or one with nothing encoded, is left as it is. Throws InputError for an unknown id, or when T0 cannot
+  /// hold it beside what running calls use.
   void prefetch(kv::MessageId id);
   /// True when a parent of the call is still being prefetched (its load into T0 has not finished): a
   /// scheduler may run other calls first (status-aware scheduling). Running it anyway waits for the load.
@@ -131,18 +132,14 @@ class Engine {
   bool loading(const DecodeRequest& request) const;
   /// Every move between tiers and every recomputation so far, in order of completion (for `--trace`; the
   /// first 2^20 are kept).
-  const std::vector<kv::TierEvent>& tier_events() const { return tier_events_; }
+  const std::vector<kv::TierEvent>& tier_events() const { return tiers_.events(); }
   /// Bytes held in T1 now.
-  size_t host_bytes_in_use() const { return host_.bytes_in_use(); }
-  /// Bytes written to T2 by eviction so far (bounded by TierSettings::disk_bytes).
-  size_t disk_bytes_written() const { return tier_stats_.t2_write_bytes; }
-
+  size_t host_bytes_in_use() const { return tiers_.host_bytes_in_use(); }
   /// How soon each cached message is read next, as the workflow instances running here see it (KVFlow;
   /// the KV tiers' eviction and prefetch read it). Instances register and remove themselves.
-  StepOracleRegistry& step_oracles() { return step_oracles_; }
+  StepOracleRegistry& step_oracles() { return tiers_.step_oracles(); }
 
  private:
-  StepOracleRegistry step_oracles_;
   struct Work;
   void encode(std::span<Work*> work);
   // How many tokens a decode generates at most: its forced tokens', else exact_tokens, else max_tokens.
@@ -174,92 +171,16 @@ class Engine {
   // `model` from src's E cache (computed first, by src's model, when src has none).
   void encode_partial(kv::Message& m, const kv::Message& src, const CrossModelPlan& plan,
                       const std::vector<PlacedView>& views, CallStats& stats);
-  // ---- tiers ----
-  class Held;
-  // Brings message `id` back to T0 if it was evicted (from T1, else by recomputing it over its parents),
-  // and marks it in use until `held` ends. Loads are counted in `stats` when given.
-  void hold(kv::MessageId id, Held& held, CallStats* stats);
-  void make_resident(kv::Message& m, CallStats* stats);
-  // Holds each of m's recorded parents in T0 (brought back first if evicted) until `held` ends, and returns
-  // them as views at their recorded offsets.
-  std::vector<PlacedView> hold_parents(const kv::Message& m, Held& held, CallStats* stats);
+  // Encodes a message again over its parents, the same bits (the tier manager's Recompute).
   void recompute(kv::Message& m, CallStats* stats);
-  bool load_pages_stored(kv::Message& m);  // T2 or T3 -> T0; false: no usable entry
-  // ---- prefetch (TierSettings::prefetch_steps) ----
-  struct Loading;
   bool parent_loading(const std::vector<Parent>& parents, int model) const;  // for a call on `model`
-  void prefetch_due();  // starts prefetches for the messages due within prefetch_steps
-  bool start_prefetch(kv::Message& m, size_t steps);
-  // Frees T0 pages for n_pages by evicting only messages read later than `steps` (or never); false if not.
-  bool make_room_for(size_t n_pages, size_t steps);
-  // Waits for m's prefetch and applies it; false when it failed (m is then out of T0 again).
-  bool settle(kv::Message& m, CallStats* stats);
-  void settle_finished();  // settles every prefetch that has finished
-  bool settle_one();       // waits for the oldest prefetch in flight; false when none is
-  bool evict_one();                    // the page pool's reclaimer
-  // What the eviction order knows of a message; nullopt when a running workflow pins it.
-  std::optional<kv::EvictionCandidate> candidate(kv::MessageId id, const kv::Message& m) const;
-  // The resident messages T0 could evict now, in the policy's order (the first goes first). The ones that
-  // must stay (in use, pinned) are counted in `held` when given, for the error of a pool that cannot fit.
-  struct HeldPages {
-    size_t pages = 0;
-    std::vector<std::string> messages;  // the first few, described
-  };
-  std::vector<kv::EvictionCandidate> eviction_order(HeldPages* held);
-  void offload(kv::Message& m);        // frees m's T0 pages, first copying them to T1 when there is room
-  // Charges m's E cache to the tier of m's fastest copy of KV (T0, else T1), or drops it when that tier has
-  // no room or m is in neither; called whenever m is encoded or moves between tiers.
-  void place_e_cache(kv::Message& m);
   // The E-cache layers a new message of `model` saves, for the plans to the models that will read it.
   std::vector<int> e_layers_for(int model, const std::optional<std::vector<int>>& read_by) const;
-  bool make_host_room(size_t bytes, kv::MessageId keep);
-  // T1 can take `bytes` now, after dropping other copies (never `keep`'s) if need be.
-  bool host_room(size_t bytes, kv::MessageId keep) {
-    return bytes <= host_.budget_bytes() && (host_.fits(bytes) || make_host_room(bytes, keep));
-  }
-  // The message whose reads m's are: another model's encoding of a message is read when that message is.
-  static kv::MessageId read_as(const kv::Message& m) { return m.source != kv::kNoMessage ? m.source : m.id; }
-  bool may_write_back(const kv::Message& m, size_t bytes) const;
-  // To T2, when it has room; recorded as `kind` (Offload: on eviction, Write: write-through).
-  void write_back(kv::Message& m, std::vector<const std::byte*> pages,
-                  kv::TierEvent::Kind kind = kv::TierEvent::Kind::Offload);
-  // A tier event of m that started at start_ms and ends now (tier_events()).
-  void record(kv::TierEvent::Kind kind, int tier, const kv::Message& m, uint64_t bytes, double start_ms);
-  void write_through(kv::Message& m);  // TierSettings::write_through: to T2 as soon as it is complete
-  void write_resident(kv::Message& m, kv::TierEvent::Kind kind);  // its T0 pages to T2, when it has room
-  // The persistent store: see persist() and load().
-  // `id` and its ancestors the disk store has no usable entry for, parents first.
-  std::vector<kv::MessageId> unstored_ancestry(kv::MessageId id);
-  // false: the entry's name is unusable. `pages`: where its pages are (default: T0, loaded first if evicted).
-  bool save_entry(kv::MessageId id, uint64_t tag, std::vector<const std::byte*> pages = {});
-  // Loads parents first (recursively). Parents that load are in memory for the next lookup, and a load stops
-  // at its first parent that fails, so the work stays linear in the ancestry even where paths meet.
-  std::optional<kv::MessageId> load_stored(uint64_t key, int depth, int model);
-  // A stored entry whose header passed its checks: a mapped T2 file, or a T3 value read from Redis.
-  struct Stored;
-  std::optional<Stored> open_stored(uint64_t key, int model);  // T2 first, then T3
-  // Reads s's pages into m's (checking every page and E-cache section first) and, when m saves E caches
-  // and holds none, the ones of its layers that s carries.
-  bool read_stored(const Stored& s, kv::Message& m);
-  // m's E caches at `layers` from its T2 or T3 entry (those it holds, each checked), or none; for a plan
-  // whose sender's E cache was dropped from memory but not from the store.
-  std::map<int, std::vector<float>> stored_e_cache(const kv::Message& m, std::span<const int> layers);
-  // Takes E caches read from a T2 or T3 entry into m (when m holds none and they are its model's), counting
-  // them as loaded from `tier`.
-  void take_e_cache(kv::Message& m, std::map<int, std::vector<float>> e_cache, int tier);
-  // Drops the E caches not of m's shape from e_cache and counts the rest as loaded from `tier`; false when
-  // none is left.
-  bool accept_e_cache(const kv::Message& m, std::map<int, std::vector<float>>& e_cache, int tier);
-  void report_stored(const Stored& s, uint64_t key, std::string_view what);
-  store::EntryMeta entry_meta(const kv::Message& m, uint64_t tag) const;
-  void share(kv::Message& m);  // T3 write-through
 
   ModelSet models_;
-  kv::HostTier host_;  // before store_: messages' host copies are charged to it
+  // Before store_: messages' host copies are charged to its T1, and it stops its loads before they go.
+  TierManager tiers_;
   kv::MessageStore store_;
-  kv::TierSettings tiers_;
-  kv::TierStats tier_stats_;
-  std::vector<kv::TierEvent> tier_events_;
   Mode mode_;
   int max_batch_;
   int n_ctx_;
@@ -269,9 +190,6 @@ class Engine {
   std::unique_ptr<CallMode> call_mode_;  // what mode_ does differently (runtime/engine/mode.h)
   Repositioning repositioning_ = Repositioning::QueryRotation;
   bool device_sampling_ = false;  // set from the backend by the constructor
-  store::DiskStore* disk_ = nullptr;
-  store::RedisStore* remote_ = nullptr;
-  bool persist_prefills_ = false;
   model::Batch batch_;
   model::RunState state_;
   std::vector<float> logits_;
@@ -280,9 +198,6 @@ class Engine {
   uint64_t last_prefix_scope_ = 0;
   // Key re-rotation path: temporary pages holding re-rotated copies of parents.
   std::vector<std::unique_ptr<kv::PageList>> rerotated_;
-  // Prefetches in flight, in the order they started. Declared last: destroyed first, each waiting for its
-  // background work, while the pages it writes still exist.
-  std::vector<std::pair<kv::MessageId, std::unique_ptr<Loading>>> loading_;
 };
 
 }  // namespace choreo::runtime

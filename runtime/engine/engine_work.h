@@ -1,6 +1,6 @@
 #pragma once
-// The engine's private parts shared by its source files (engine.cc, cross_model.cc): a message being
-// encoded, and the messages a call holds in T0.
+// The engine's private part shared by its source files (engine.cc, cross_model.cc): a message being
+// encoded.
 
 #include <map>
 #include <vector>
@@ -27,25 +27,6 @@ struct Engine::Work {
   // `candidate_ids` is empty.
   int candidates = 0;
   std::vector<int32_t> candidate_ids;
-};
-
-/// Messages a call is using: resident in T0 and not evictable until it ends.
-class Engine::Held {
- public:
-  explicit Held(kv::MessageStore& store) : store_(store) {}
-  ~Held() {
-    for (kv::MessageId id : ids_) --store_.record(id).in_use;
-  }
-  Held(const Held&) = delete;
-  Held& operator=(const Held&) = delete;
-  void add(kv::Message& m) {
-    ++m.in_use;
-    ids_.push_back(m.id);
-  }
-
- private:
-  kv::MessageStore& store_;
-  std::vector<kv::MessageId> ids_;
 };
 
 }  // namespace choreo::runtime

@@ -45,7 +45,7 @@ Placement place(const kv::MessageStore& store, std::span<const Parent> parents, 
 }
 
 kv::Message& new_message(kv::MessageStore& store, const Placement& placement, const std::string& agent,
-                         kv::Visibility visibility, std::vector<model::Token> tokens, int model) {
+                         kv::Visibility visibility, std::vector<Token> tokens, int model) {
   kv::Message& m = store.create();
   m.model = model;
   m.start_pos = placement.new_start;

@@ -43,6 +43,6 @@ Placement place(const kv::MessageStore& store, std::span<const Parent> parents, 
 /// A new message in `store` that starts at `placement.new_start` and records the placed parents its encoding
 /// attends to, holding `tokens` (none encoded yet), to be encoded by model `model` of the engine.
 kv::Message& new_message(kv::MessageStore& store, const Placement& placement, const std::string& agent,
-                         kv::Visibility visibility, std::vector<model::Token> tokens, int model);
+                         kv::Visibility visibility, std::vector<Token> tokens, int model);
 
 }  // namespace choreo::runtime

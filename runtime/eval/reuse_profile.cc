@@ -77,14 +77,18 @@ double mean_kl(const std::vector<std::vector<float>>& p_logits, const std::vecto
   return total / double(n);
 }
 
-ReuseRunner::ReuseRunner(runtime::ModelSet models, int sender, int receiver, kv::PagePool& pool,
+ReuseRunner::ReuseRunner(runtime::ModelSet models, int sender, int receiver, runtime::EngineOptions engine,
                          std::optional<Metric> metric, int max_tokens)
-    : models_(std::move(models)), sender_(sender), receiver_(receiver), pool_(pool), metric_(metric),
-      max_tokens_(max_tokens) {}
+    : models_(std::move(models)), sender_(sender), receiver_(receiver), options_(std::move(engine)),
+      metric_(metric), max_tokens_(max_tokens) {
+  options_.mode = runtime::Mode::Choreo;
+}
 
 const PlanRun& ReuseRunner::start(const ReuseItem& item) {
-  engine_.reset();  // the previous item's pages go back to the pool first
-  engine_.emplace(models_, pool_, runtime::Mode::Choreo, 512);
+  engine_ = nullptr;
+  opened_.reset();  // the previous item's pages go back to the backend first
+  opened_ = runtime::open_engine(models_, options_);
+  engine_ = &opened_->engine();
   item_ = &item;
   runtime::PrefillRequest passages;
   passages.tokens = item.context;

@@ -5,6 +5,7 @@
 // receiver encoding the passages itself, exact): token-F1 of the greedy answers, the mean KL divergence of the
 // next-token distributions over recompute's answer (teacher-forced), and the dataset's own metric.
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,7 +13,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/eval/dataset.h"
 #include "runtime/eval/metric.h"
-#include "runtime/kv/page_pool.h"
+#include "runtime/engine/open_engine.h"
 
 namespace choreo::eval {
 
@@ -40,12 +41,13 @@ struct PlanRun {
   int n_e_recomputed = 0;  // passage tokens whose E cache the sender had to recompute (0 when saved)
 };
 
-/// Runs plans on items: per item a fresh engine on `pool`, where `sender` encodes the passages (saving its
-/// hidden states at `e_cache_layers`), then `receiver` answers through each plan in turn.
+/// Runs plans on items: per item a fresh engine (opened with `engine`'s options, in choreo mode, over
+/// `models`, whose weights must outlive the runner), where `sender` encodes the passages (saving its hidden
+/// states at `e_cache_layers`), then `receiver` answers through each plan in turn.
 class ReuseRunner {
  public:
-  ReuseRunner(runtime::ModelSet models, int sender, int receiver, kv::PagePool& pool, std::optional<Metric> metric,
-              int max_tokens);
+  ReuseRunner(runtime::ModelSet models, int sender, int receiver, runtime::EngineOptions engine,
+              std::optional<Metric> metric, int max_tokens);
   /// Starts `item`: encodes its passages with the sender and answers with `recompute`, the reference the
   /// plans are scored against.
   const PlanRun& start(const ReuseItem& item);
@@ -58,10 +60,11 @@ class ReuseRunner {
 
   runtime::ModelSet models_;
   int sender_, receiver_;
-  kv::PagePool& pool_;
+  runtime::EngineOptions options_;
   std::optional<Metric> metric_;
   int max_tokens_;
-  std::optional<runtime::Engine> engine_;
+  std::unique_ptr<runtime::OpenedEngine> opened_;
+  runtime::Engine* engine_ = nullptr;
   const ReuseItem* item_ = nullptr;
   kv::MessageId context_ = kv::kNoMessage;
   runtime::DecodeResult reference_;

@@ -66,17 +66,6 @@ Metric metric_of(const Row& row, const Dataset& data, const EvalSettings& settin
 
 ScoreContext context_of(const Row& row) { return ScoreContext{row.gold, row.all_classes, row.dataset}; }
 
-/// Touches the weights and starts the threads on a scratch engine, so the first mode's first rows do not
-/// pay for page faults the later modes never see.
-void warm_up(const model::Model& model, int page_tokens) {
-  kv::PagePool pool(model.backend(), model.kv_layout(page_tokens),
-                    kv::budget_within_device(model.backend(), size_t(64) << 20));
-  runtime::Engine scratch(model, pool, runtime::Mode::Choreo);
-  runtime::PrefillRequest request;
-  request.tokens = model.vocab().tokenize("Warm up the weights and the threads, please.", false, true);
-  if (!request.tokens.empty()) scratch.prefill(request);
-}
-
 /// What MATH scores: a workflow's output that holds no \boxed{} is the answer itself, already extracted
 /// (madpar's `output: "{{ boxed(...) }}"`), so it is scored as if boxed. An output with a box, or empty, is
 /// scored as the official rule says.
@@ -196,8 +185,12 @@ EvalReport run_eval(const dsl::Workflow& workflow, const model::Model& model,
                     const std::set<std::pair<std::string, std::string>>& done, ResultWriter& writer,
                     const EvalCallbacks& callbacks) {
   EvalReport report;
-  if (count_pending(rows, settings.modes, done) > 0) warm_up(model, settings.page_tokens);
-  const std::string models = models_fingerprint(model, settings);
+  // Without the workflow's models, the run's model alone.
+  const runtime::ModelSet own(model, settings.lora ? *settings.lora : model::LoraStack{});
+  const runtime::ModelSet& models = settings.models ? *settings.models : own;
+  // Page faults on the weights and thread start, so the first mode's first rows do not pay for them.
+  if (count_pending(rows, settings.modes, done) > 0) runtime::warm_up(models, settings.page_tokens);
+  const std::string fingerprint = models_fingerprint(model, settings);
   for (runtime::Mode mode : settings.modes) {
     const std::string mode_text(runtime::mode_name(mode));
     std::vector<const PreparedRow*> pending;
@@ -210,13 +203,16 @@ EvalReport run_eval(const dsl::Workflow& workflow, const model::Model& model,
     // One engine per mode for the whole dataset: what every row shares (the static messages) is encoded once
     // per run, and when the pool is full the KV tiers evict what no running row uses (docs/store.md,
     // "Tiers"). Rows run in groups whose calls are batched across rows. No mode sees another's cache.
-    kv::PagePool pool(model.backend(), model.kv_layout(settings.page_tokens, settings.k_type, settings.v_type),
-                      settings.cache_bytes);
-    runtime::Engine engine = settings.models ? runtime::Engine(*settings.models, pool, mode, 512)
-                                             : runtime::Engine(model, pool, mode, 512, settings.lora);
-    engine.set_tiers(settings.tiers);
-    if (settings.store && mode == runtime::Mode::Choreo) engine.set_disk_store(settings.store);
-    if (settings.remote && mode == runtime::Mode::Choreo) engine.set_remote_store(settings.remote);
+    runtime::EngineOptions options;
+    options.mode = mode;
+    options.page_tokens = settings.page_tokens;
+    options.k_type = settings.k_type;
+    options.v_type = settings.v_type;
+    options.t0_bytes = settings.cache_bytes;
+    options.tiers = settings.tiers;
+    options.stores = settings.stores;  // choreo mode only
+    const std::unique_ptr<runtime::OpenedEngine> opened = runtime::open_engine(models, options);
+    runtime::Engine& engine = opened->engine();
     std::optional<exec::LeakGuard> guard;
     if (settings.no_leak) guard.emplace(engine);
     const size_t group = size_t(std::max(1, settings.concurrency)) * 2;
@@ -231,7 +227,7 @@ EvalReport run_eval(const dsl::Workflow& workflow, const model::Model& model,
             std::exception_ptr error;
             try {
               result = make_result(p, mode, exec::run_workflow(workflow, sink, p.arguments));
-              result->extra["models_xxh3"] = models;
+              result->extra["models_xxh3"] = fingerprint;
             } catch (...) {
               error = std::current_exception();
             }

@@ -14,6 +14,7 @@
 
 #include "dsl/workflow.h"
 #include "runtime/engine/engine.h"
+#include "runtime/engine/open_engine.h"
 #include "runtime/eval/dataset.h"
 #include "runtime/eval/metric.h"
 #include "runtime/eval/results.h"
@@ -35,16 +36,15 @@ struct EvalSettings {
   kernels::DType k_type = kernels::DType::F32;  // KV cache types (--cache-type-k / --cache-type-v)
   kernels::DType v_type = kernels::DType::F32;
   size_t cache_bytes = size_t(4096) << 20;  // page pool (T0) budget per mode
-  store::RedisStore* remote = nullptr;     // T3 (choreo mode only); null: none
   const model::LoraStack* lora = nullptr;  // the adapters every call runs with (not owned); null: the base model
   // The workflow's models (exec::load_workflow_models; not owned), whose model 0 is the run's model with
   // `lora`: calls choose among them with `model:`. null: every call runs on the run's model.
   const runtime::ModelSet* models = nullptr;
   kv::TierSettings tiers;                    // T1/T2 budgets and eviction policy (runtime/kv/tiers.h)
-  // Persistent store (not owned; null = none) that choreo-mode engines read encodings from, e.g. PML modules
-  // saved by `choreo encode`. Nothing is written to it. The baselines never read it: they stand for serving
-  // without encodings kept across runs.
-  store::DiskStore* store = nullptr;
+  // The persistent store (T2) that choreo-mode engines read encodings from, e.g. PML modules saved by
+  // `choreo encode` (written only by eviction, within tiers.disk_bytes), and a Redis T3. The baselines never
+  // use them: they stand for serving without encodings kept across runs.
+  runtime::StoreOptions stores;
 };
 
 /// A selected row made ready to run: the workflow's arguments and the metric that scores it.

@@ -50,8 +50,46 @@ std::string canonical_path(const std::filesystem::path& p) {
 
 }  // namespace
 
+namespace {
+
+/// Adds the models `w` declares to `set` (whose model 0 is the run's, `base`): weights other than base's go
+/// to `owned`.
+void add_models(const dsl::Workflow& w, const model::Model& base, runtime::ModelSet& set,
+                std::vector<std::unique_ptr<model::Model>>& owned);
+
+}  // namespace
+
 WorkflowModels load_workflow_models(const dsl::Workflow& w, const model::Model& base, model::LoraStack base_lora) {
   WorkflowModels out{{}, runtime::ModelSet(base, std::move(base_lora))};
+  add_models(w, base, out.set, out.owned);
+  return out;
+}
+
+std::function<void(const model::Model&, runtime::ModelSet&, runtime::ExtraModels&)> workflow_models_adder(
+    const dsl::Workflow& workflow) {
+  return [&workflow](const model::Model& base, runtime::ModelSet& set, runtime::ExtraModels& extra) {
+    add_models(workflow, base, set, extra.owned);
+  };
+}
+
+std::string workflow_model_path(const dsl::Workflow& workflow, const std::string& flag_path) {
+  if (!flag_path.empty() || !workflow.model) return flag_path;
+  try {
+    return find_workflow_file(workflow, *workflow.model, "the workflow's model").string();
+  } catch (const InputError& e) {
+    throw InputError(e.message(), e.hint() + "; or pass the model's path with -m", workflow.model->where,
+                     workflow.source_line(workflow.model->where.line));
+  }
+}
+
+namespace {
+
+void add_models(const dsl::Workflow& w, const model::Model& base, runtime::ModelSet& out_set,
+                std::vector<std::unique_ptr<model::Model>>& owned) {
+  struct {
+    std::vector<std::unique_ptr<model::Model>>& owned;
+    runtime::ModelSet& set;
+  } out{owned, out_set};
   std::map<std::string, const model::Model*> by_path{{canonical_path(base.file().path()), &base}};
   // Errors from the model code name the file and the tensor; the declaration's location is added here.
   const auto at = [&](const dsl::Text& where, const InputError& e) {
@@ -136,7 +174,8 @@ WorkflowModels load_workflow_models(const dsl::Workflow& w, const model::Model& 
       }
     }
   }
-  return out;
 }
+
+}  // namespace
 
 }  // namespace choreo::exec

@@ -3,12 +3,15 @@
 // run's model into the set an engine runs calls on (runtime/engine/model_set.h).
 
 #include <filesystem>
+#include <functional>
+#include <string>
 #include <memory>
 #include <string_view>
 #include <vector>
 
 #include "dsl/workflow.h"
 #include "runtime/engine/model_set.h"
+#include "runtime/engine/open_engine.h"
 
 namespace choreo::exec {
 
@@ -30,5 +33,14 @@ std::filesystem::path find_workflow_file(const dsl::Workflow& w, const dsl::Text
 /// InputError at the declaration.
 WorkflowModels load_workflow_models(const dsl::Workflow& workflow, const model::Model& base,
                                     model::LoraStack base_lora);
+
+/// The same, as the runtime::ModelOptions::add_models of an engine opened for `workflow` (which must
+/// outlive the call of load_models): adds the workflow's models to a set whose model 0 is the run's model.
+std::function<void(const model::Model&, runtime::ModelSet&, runtime::ExtraModels&)> workflow_models_adder(
+    const dsl::Workflow& workflow);
+
+/// The model a run of `workflow` loads: `flag_path` (-m) when given; else the workflow's `model:`, found as
+/// find_workflow_file finds it; else empty (the default model).
+std::string workflow_model_path(const dsl::Workflow& workflow, const std::string& flag_path);
 
 }  // namespace choreo::exec

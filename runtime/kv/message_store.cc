@@ -25,13 +25,13 @@ MessageStore::MessageStore(PagePool& pool, const std::vector<uint64_t>& model_fi
   for (uint64_t f : model_fingerprints) seeds_.push_back(seed_of(pool.layout(), f));
 }
 
-uint64_t MessageStore::content_key(const std::vector<model::Token>& tokens, int start_pos,
+uint64_t MessageStore::content_key(const std::vector<Token>& tokens, int start_pos,
                                    const std::vector<PlacedParent>& parents, int model, uint64_t variant) const {
   XXH3_state_t* st = XXH3_createState();
   XXH3_64bits_reset_withSeed(st, variant == 0 ? seeds_.at(size_t(model)) : seeds_.at(size_t(model)) ^ variant);
   int64_t header[2] = {start_pos, int64_t(tokens.size())};
   XXH3_64bits_update(st, header, sizeof(header));
-  XXH3_64bits_update(st, tokens.data(), tokens.size() * sizeof(model::Token));
+  XXH3_64bits_update(st, tokens.data(), tokens.size() * sizeof(Token));
   for (const PlacedParent& p : parents) {
     int64_t rec[2] = {int64_t(get(p.message).key), p.offset};
     XXH3_64bits_update(st, rec, sizeof(rec));

@@ -100,7 +100,7 @@ struct Message {
   std::vector<int> e_layers;
   TierCharge e_charge;
   bool e_stored = false;              // a T2 or T3 entry of this message holds its E cache
-  std::vector<model::Token> tokens;   // everything encoded, in order (a decode: header + generated)
+  std::vector<Token> tokens;   // everything encoded, in order (a decode: header + generated)
   int start_pos = 0;                  // logical position of tokens[0] when encoded
   std::vector<PlacedParent> parents;  // what its encoding attended to (BOS excluded)
   std::string agent;
@@ -111,8 +111,9 @@ struct Message {
   int in_use = 0;                     // > 0: a call running now reads or writes its pages (not evictable)
   int n_children = 0;                 // published messages encoded over this one (shared prefixes have some)
   bool released = false;              // released by its owner: kept only as a recipe to recompute children
-  bool on_disk = false;               // this engine wrote its pages to T2 (the persistent store)
-  bool in_t3 = false;                 // written to or read from T3 (Redis) by this engine
+  // Bit i: store i of the engine's tier manager holds its entry (this engine wrote it there or read it
+  // from there), so a prefetch may read it from there (runtime/engine/tiers.h).
+  uint32_t in_stores = 0;
   bool loading = false;               // a prefetch is filling its T0 pages: not readable until it settles
   bool prefetched = false;            // brought to T0 by a prefetch, and not read by a call since
   uint64_t last_use = 0;
@@ -126,6 +127,12 @@ struct Message {
   bool complete() const { return n_encoded > 0 && n_encoded == int(tokens.size()); }
   /// Its pages are in T0, where attention reads them.
   bool resident() const { return !pages.pages().empty(); }
+  /// Bytes of its E caches in memory.
+  size_t e_cache_bytes() const {
+    size_t bytes = 0;
+    for (const auto& [layer, rows] : e_cache) bytes += rows.size() * sizeof(float);
+    return bytes;
+  }
 };
 
 /// Holds every message of an engine's models; finds identical encodings by content key.
@@ -138,7 +145,7 @@ class MessageStore {
 
   /// Content key of an encoding: model, tokens, start position, and each parent's key with its offset.
   /// `variant` (nonzero) marks an encoding made another way than by the model alone (a cross-model plan).
-  uint64_t content_key(const std::vector<model::Token>& tokens, int start_pos,
+  uint64_t content_key(const std::vector<Token>& tokens, int start_pos,
                        const std::vector<PlacedParent>& parents, int model = 0, uint64_t variant = 0) const;
 
   /// A new, empty message (not yet findable by key).

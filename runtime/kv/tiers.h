@@ -34,9 +34,8 @@ EvictionPolicy parse_eviction_policy(std::string_view name);
 struct TierSettings {
   size_t host_bytes = 0;  // T1 budget; 0: no host tier (evicted pages are recomputed when needed again)
   EvictionPolicy policy = EvictionPolicy::Lru;
-  // T2, the engine's persistent store (Engine::set_disk_store): bytes this engine may write there for
-  // messages leaving T0 that T1 has no room for. 0: T2 is read (entries found there are loaded back) but
-  // never written by eviction.
+  // T2, the engine's persistent store: bytes this engine may write there for messages leaving T0 that T1
+  // has no room for. 0: T2 is read (entries found there are loaded back) but never written by eviction.
   size_t disk_bytes = 0;
   // Prefetch (with the `workflow` policy only: it needs steps to execution): before each batch, messages
   // out of T0 that a running workflow reads within this many steps are brought back from T1 or T2 in the
@@ -45,6 +44,22 @@ struct TierSettings {
   // Write-through (HiCache's option): every prefill and finished decode is written to T2 when it is made,
   // within disk_bytes, so eviction later has nothing to write. false: write-back (on eviction only).
   bool write_through = false;
+};
+
+/// What the tiers did with one store tier (T2: the persistent store on disk; T3: a shared Redis server).
+struct StoreTierStats {
+  uint64_t writes = 0;          // messages written (T2: on their way out of T0, or as made; T3: as made)
+  uint64_t write_bytes = 0;     // their pages and E caches (the T2 budget, TierSettings::disk_bytes, counts these)
+  uint64_t stored_bytes = 0;    // what the store holds for them (header included)
+  uint64_t write_errors = 0;    // writes that failed (I/O); writes to the store stop after the first
+  uint64_t hits = 0;            // messages loaded from it into T0
+  uint64_t load_bytes = 0;
+  uint64_t load_tokens = 0;
+  uint64_t bad = 0;             // entries that failed a check (recomputed instead)
+  uint64_t e_writes = 0;        // E caches written in their message's entry
+  uint64_t e_write_bytes = 0;
+  uint64_t e_loads = 0;         // E caches read back from an entry with their message's pages
+  uint64_t e_load_bytes = 0;
 };
 
 /// What the tiers did during a run (Engine::tier_stats).
@@ -56,18 +71,8 @@ struct TierStats {
   uint64_t t1_load_bytes = 0;
   uint64_t t1_load_tokens = 0;
   uint64_t t1_evictions = 0;      // T1 copies dropped to make room in T1
-  uint64_t t2_writes = 0;         // messages written to T2 (the persistent store) on their way out of T0
-  uint64_t t2_write_bytes = 0;
-  uint64_t t2_hits = 0;           // messages loaded back T2 -> T0
-  uint64_t t2_load_bytes = 0;
-  uint64_t t2_load_tokens = 0;
-  uint64_t t2_bad = 0;            // T2 entries that failed a check (recomputed instead)
-  uint64_t t2_write_errors = 0;   // T2 writes that failed (I/O); T2 writes stop after the first
-  uint64_t t3_writes = 0;         // prefills written through to T3 (Redis)
-  uint64_t t3_write_bytes = 0;
-  uint64_t t3_hits = 0;           // messages read from T3
-  uint64_t t3_load_tokens = 0;
-  uint64_t t3_bad = 0;            // T3 entries that failed a check (recomputed instead)
+  StoreTierStats t2;              // the persistent store
+  StoreTierStats t3;              // Redis
   uint64_t prefetches = 0;        // messages whose load into T0 started ahead of the call reading them
   uint64_t prefetch_bytes = 0;
   uint64_t prefetch_used = 0;     // of those, read by a call
@@ -77,7 +82,8 @@ struct TierStats {
   uint64_t recomputes = 0;        // messages recomputed because no tier held them
   uint64_t recomputed_tokens = 0;
   // E caches (the hidden states `partial` cross-model plans start from, DESIGN.md §6), charged to the tier
-  // of their message's fastest copy of KV: T0 and T1 on every backend; not written to T2 or T3.
+  // of their message's fastest copy of KV (T0 or T1); written to T2 and T3 in their message's entries (see
+  // StoreTierStats).
   uint64_t e_saved = 0;           // E caches charged to T0 as their messages were encoded
   uint64_t e_saved_bytes = 0;
   uint64_t e_t1_offloads = 0;     // moved to T1 with their message's pages
@@ -86,19 +92,15 @@ struct TierStats {
   uint64_t e_t1_load_bytes = 0;
   uint64_t e_dropped = 0;         // dropped: their tier had no room, or their message left T1 (or was released)
   uint64_t e_dropped_bytes = 0;   //   with no copy in a T2 or T3 entry
-  uint64_t e_t2_writes = 0;       // written to T2 in their message's entry
-  uint64_t e_t2_write_bytes = 0;
-  uint64_t e_t3_writes = 0;       // written to T3 in their message's entry
-  uint64_t e_t3_write_bytes = 0;
-  uint64_t e_t2_loads = 0;        // read back from a T2 entry with their message's pages
-  uint64_t e_t2_load_bytes = 0;
-  uint64_t e_t3_loads = 0;        // read back from a T3 entry with their message's pages
-  uint64_t e_t3_load_bytes = 0;
   uint64_t e_recomputed_tokens = 0;  // tokens whose E cache a plan needed and the sender recomputed
   double e_recompute_ms = 0;
   size_t t0_peak_bytes = 0;
   size_t t1_peak_bytes = 0;
   double load_ms = 0;             // time spent loading and recomputing evicted messages
+
+  /// The counters of store tier `tier` (2 or 3).
+  StoreTierStats& store(int tier) { return tier == 2 ? t2 : t3; }
+  const StoreTierStats& store(int tier) const { return tier == 2 ? t2 : t3; }
 };
 
 /// One move of a message's KV between tiers, or its recomputation, as `--trace` shows it

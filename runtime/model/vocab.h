@@ -14,6 +14,8 @@
 
 namespace choreo::model {
 
+using Token = choreo::Token;
+
 /// The vocabulary of a model and the tokenizer it implies.
 class Vocab {
  public:

@@ -214,6 +214,13 @@ void DiskStore::report(const std::string& path, std::string_view what) const {
     warn_(fmt::format("store entry {}: {}; ignoring it (it will be re-encoded)", path, what));
 }
 
+std::optional<uint64_t> DiskStore::save(const EntryMeta& meta, std::span<const std::byte* const> pages,
+                                        std::span<const std::span<const uint8_t>> e_sections) {
+  if (!save(meta, pages, e_sections, SaveOptions{})) return std::nullopt;
+  struct stat st;
+  return is_regular(entry_path(meta.content_key), st) ? uint64_t(st.st_size) : 0;
+}
+
 bool DiskStore::save(const EntryMeta& meta_in, std::span<const std::byte* const> pages,
                      std::span<const std::span<const uint8_t>> e_sections, const SaveOptions& options) {
   claim();
@@ -281,72 +288,28 @@ bool DiskStore::has_file(uint64_t key) const {
   return is_regular(entry_path(key), st);
 }
 
-std::optional<MappedEntry> DiskStore::open(uint64_t key, const Compatibility& expect) {
+Opened DiskStore::open(uint64_t key, const Compatibility& expect) {
   const std::string path = entry_path(key);
   MapFailure failure = MapFailure::None;
   std::optional<MappedFile> file = MappedFile::open(path, &failure);
   if (!file) {
     if (failure == MapFailure::NotRegularFile) report(path, kNotRegular);
     if (failure == MapFailure::Unreadable) report(path, "cannot be opened or mapped");
-    return std::nullopt;
+    return {nullptr, failure != MapFailure::None && failure != MapFailure::Missing};
   }
-  ParsedEntry parsed = parse_entry_for(file->bytes(), key, expect);
-  EntryProblem problem = parsed.problem;
-  if (problem == EntryProblem::Ok && auth_) problem = check_entry_mac(file->bytes(), parsed, *auth_);
-  if (problem != EntryProblem::Ok) {
-    report(path, describe(problem));
-    return std::nullopt;
+  ParsedEntry parsed = check_entry(file->bytes(), key, expect, auth_ ? &*auth_ : nullptr);
+  if (parsed.problem != EntryProblem::Ok) {
+    report(path, describe(parsed.problem));
+    return {nullptr, true};
   }
-  return MappedEntry{std::move(*file), std::move(parsed)};
+  return {std::make_unique<MappedEntry>(std::move(*file), std::move(parsed)), false};
 }
 
-EntryProblem compatibility_problem(const EntryMeta& m, uint64_t key, const Compatibility& expect) {
-  const kernels::KvLayout& want = expect.layout;
-  if (m.content_key != key) return EntryProblem::WrongKey;
-  if (m.model_fingerprint != expect.model_fingerprint) return EntryProblem::WrongModel;
-  if (m.layout.page_tokens != want.page_tokens || m.layout.n_layers != want.n_layers ||
-      m.layout.n_kv_heads != want.n_kv_heads || m.layout.head_dim != want.head_dim ||
-      m.layout.k_type != want.k_type || m.layout.v_type != want.v_type)
-    return EntryProblem::WrongLayout;
-  return EntryProblem::Ok;
-}
-
-ParsedEntry parse_entry_for(std::span<const uint8_t> bytes, uint64_t key, const Compatibility& expect) {
-  ParsedEntry parsed = parse_entry(bytes);
-  if (parsed.problem == EntryProblem::Ok) parsed.problem = compatibility_problem(parsed.meta, key, expect);
-  return parsed;
-}
-
-const std::byte* entry_page(std::span<const uint8_t> bytes, const ParsedEntry& parsed, size_t i) {
-  return reinterpret_cast<const std::byte*>(bytes.data() + parsed.pages_offset + i * parsed.meta.page_bytes());
-}
-
-std::optional<std::string> copy_checked_pages(std::span<const uint8_t> bytes, const ParsedEntry& parsed,
-                                              kv::PageList& pages) {
-  if (std::optional<std::string> bad = body_damage(bytes, parsed)) return bad;
-  pages.reserve(int(parsed.meta.tokens.size()));
-  pages.upload(entry_page(bytes, parsed, 0), parsed.meta.n_pages());
-  return std::nullopt;
-}
-
-std::map<int, std::vector<float>> e_sections(std::span<const uint8_t> bytes, const ParsedEntry& parsed,
-                                             std::span<const int> layers) {
-  std::map<int, std::vector<float>> out;
-  for (size_t j = 0; j < parsed.meta.e_layers.size(); ++j) {
-    const int layer = int(parsed.meta.e_layers[j]);
-    if (std::find(layers.begin(), layers.end(), layer) == layers.end()) continue;
-    const std::span<const uint8_t> section = e_section(bytes, parsed, j);
-    std::vector<float>& rows = out[layer];
-    rows.resize(section.size() / sizeof(float));
-    std::memcpy(rows.data(), section.data(), section.size());
-  }
-  return out;
-}
-
-bool DiskStore::read_pages(const MappedEntry& entry, kv::PageList& pages) {
-  const std::optional<std::string> bad = copy_checked_pages(entry.file.bytes(), entry.parsed, pages);
-  if (bad) report(entry_path(entry.meta().content_key), *bad);
-  return !bad;
+std::unique_ptr<PendingEntry> DiskStore::begin_open(uint64_t key, const Compatibility& expect, bool* bad) {
+  Opened opened = open(key, expect);
+  if (bad) *bad = opened.bad;
+  if (!opened.entry) return nullptr;
+  return std::make_unique<ReadyEntry>(std::move(opened));
 }
 
 void DiskStore::touch(uint64_t key, std::optional<Clock::time_point> when) {

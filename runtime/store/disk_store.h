@@ -27,9 +27,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/kv/page_pool.h"
 #include "runtime/store/entry_auth.h"
 #include "runtime/store/entry_format.h"
+#include "runtime/store/entry_store.h"
 #include "runtime/store/mapped_file.h"
 #include "runtime/store/store_marker.h"
 
@@ -37,42 +37,15 @@ namespace choreo::store {
 
 using Clock = std::chrono::system_clock;
 
-/// Receives one warning line (without a trailing newline).
-using WarningSink = std::function<void(const std::string&)>;
+/// An entry mapped from disk whose header passed every check; pages are checked as they are read
+/// (read_entry).
+class MappedEntry final : public StoredEntry {
+ public:
+  MappedEntry(MappedFile file, ParsedEntry parsed) : StoredEntry(std::move(parsed)), file_(std::move(file)) {}
+  std::span<const uint8_t> bytes() const override { return file_.bytes(); }
 
-/// What an entry must match to be used by a given engine.
-struct Compatibility {
-  uint64_t model_fingerprint = 0;
-  kernels::KvLayout layout;
-};
-
-/// Why an entry whose header parsed cannot serve `key` for `expect`: WrongKey, WrongModel, WrongLayout, or Ok.
-/// The same rule for every place entries come from (a store file, a Redis value).
-EntryProblem compatibility_problem(const EntryMeta& meta, uint64_t key, const Compatibility& expect);
-
-/// Parses an entry's bytes (parse_entry) and checks that they can serve `key` for `expect`
-/// (compatibility_problem): `problem` is Ok, or what is wrong. Pages are not checked.
-ParsedEntry parse_entry_for(std::span<const uint8_t> entry, uint64_t key, const Compatibility& expect);
-
-/// Where page `i` of a parsed entry's bytes starts.
-const std::byte* entry_page(std::span<const uint8_t> entry, const ParsedEntry& parsed, size_t i);
-
-/// Checks every page and E-cache section of an entry's bytes against its checksum, then copies the pages
-/// into `pages` (reserving them). Returns what failed (nothing is copied then; see body_damage), or nullopt
-/// when all were copied.
-std::optional<std::string> copy_checked_pages(std::span<const uint8_t> entry, const ParsedEntry& parsed,
-                                              kv::PageList& pages);
-
-/// The E-cache sections of a checked entry (body_damage found nothing) for those of `layers` it holds:
-/// layer -> every token's row of meta.e_dim floats.
-std::map<int, std::vector<float>> e_sections(std::span<const uint8_t> entry, const ParsedEntry& parsed,
-                                             std::span<const int> layers);
-
-/// An entry mapped from disk whose header passed every check; pages are checked as they are copied out.
-struct MappedEntry {
-  MappedFile file;
-  ParsedEntry parsed;
-  const EntryMeta& meta() const { return parsed.meta; }
+ private:
+  MappedFile file_;
 };
 
 /// Test hooks of a write.
@@ -102,8 +75,8 @@ struct GcReport {
   uint64_t bytes_kept = 0;
 };
 
-/// One store directory.
-class DiskStore {
+/// One store directory: T2 of the KV tiers.
+class DiskStore final : public EntryStore {
  public:
   /// Opens `dir`. With `create`, the store is made ready for writing now: the directory is created (mode
   /// 0700) when missing, and marked (adopted) when it exists without the marker but holds only store-named
@@ -115,7 +88,7 @@ class DiskStore {
   const std::string& dir() const { return dir_; }
   std::string entry_path(uint64_t key) const;
   /// True when entries are signed and checked with a store key.
-  bool keyed() const { return auth_.has_value(); }
+  bool keyed() const override { return auth_.has_value(); }
   /// True when the directory carries a valid marker file.
   bool marked() const;
   /// Throws InputError (with a hint) unless the directory carries a valid marker file.
@@ -124,30 +97,39 @@ class DiskStore {
   size_t entries_written() const { return entries_written_; }
 
   /// Writes one entry crash-safely, replacing any entry with the same key. `pages` hold meta.n_pages() pages
-  /// of meta.page_bytes() bytes, `e_sections` one section of meta.e_section_bytes() per meta.e_layers. Marks the directory first if needed (see the constructor). Returns false,
-  /// with a warning, when the entry's name is held by a directory, which a rename cannot replace (whatever
-  /// else sits at the name is replaced: a rename never follows a link). Throws RuntimeFailure on I/O errors
-  /// (nothing partial becomes visible), InputError when the directory is not a store and cannot be adopted.
+  /// of meta.page_bytes() bytes, `e_sections` one section of meta.e_section_bytes() per meta.e_layers. Marks
+  /// the directory first if needed (see the constructor). Returns false, with a warning, when the entry's
+  /// name is held by a directory, which a rename cannot replace (whatever else sits at the name is replaced:
+  /// a rename never follows a link). Throws RuntimeFailure on I/O errors (nothing partial becomes visible),
+  /// InputError when the directory is not a store and cannot be adopted.
   bool save(const EntryMeta& meta, std::span<const std::byte* const> pages,
-            std::span<const std::span<const uint8_t>> e_sections = {}, const SaveOptions& options = {});
+            std::span<const std::span<const uint8_t>> e_sections, const SaveOptions& options);
 
   /// True when a regular file sits at the entry's name (its content is not read).
   bool has_file(uint64_t key) const;
-
-  /// The entry with this key when it exists, is a regular file, its header is intact and matches `expect`,
-  /// and (when keyed) its MAC is right; otherwise nullopt (an existing but unusable file is reported once).
-  std::optional<MappedEntry> open(uint64_t key, const Compatibility& expect);
-  /// Copies an opened entry's pages into `pages` (reserving them), checking the checksum of each page and E
-  /// cache section first. False (reported once; `pages` left holding garbage for the caller to release) on a
-  /// mismatch.
-  bool read_pages(const MappedEntry& entry, kv::PageList& pages);
 
   /// Reports (once per file) that the entry with this key cannot be used, for reasons only the caller can
   /// see.
   void report_unusable(uint64_t key, std::string_view what) { report(entry_path(key), what); }
 
+  // ---- EntryStore ----
+  int tier() const override { return 2; }
+  std::string where() const override { return dir_; }
+  /// The entry with this key when it exists, is a regular file, its header is intact and matches `expect`,
+  /// and (when keyed) its MAC is right; otherwise none (an existing but unusable file is reported once, and
+  /// `bad`).
+  Opened open(uint64_t key, const Compatibility& expect) override;
+  /// Opens the entry now (open): what is left for another thread is reading its pages.
+  std::unique_ptr<PendingEntry> begin_open(uint64_t key, const Compatibility& expect, bool* bad) override;
+  bool holds(uint64_t key) const override { return has_file(key); }
+  /// The entry's file size; see save() above for the rest.
+  std::optional<uint64_t> save(const EntryMeta& meta, std::span<const std::byte* const> pages,
+                               std::span<const std::span<const uint8_t>> e_sections = {}) override;
+  void report_bad(uint64_t key, std::string_view what) override { report_unusable(key, what); }
+  void touch(uint64_t key) override { touch(key, std::nullopt); }
+
   /// Records a use now (or at `when`): the LRU order of gc.
-  void touch(uint64_t key, std::optional<Clock::time_point> when = std::nullopt);
+  void touch(uint64_t key, std::optional<Clock::time_point> when);
 
   /// Every entry file that is a regular file (sorted by key; anything else at an entry name is reported and
   /// skipped). With `verify_pages`, reads every page to check its checksum, and its MAC when keyed.

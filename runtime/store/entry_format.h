@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "runtime/model/vocab.h"
+#include "common/token.h"
 #include "runtime/store/entry_auth.h"
 
 namespace choreo::store {
@@ -47,7 +47,7 @@ struct EntryMeta {
   uint64_t tag = 0;  // opaque to the store (e.g. a PML schema hash); 0 = none
   uint64_t created_unix_ms = 0;
   std::string model_name;  // file name of the model, for people reading `choreo cache ls`
-  std::vector<model::Token> tokens;
+  std::vector<Token> tokens;
   int32_t start_pos = 0;
   std::vector<EntryParent> parents;
   std::string agent;

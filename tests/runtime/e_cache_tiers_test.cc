@@ -172,10 +172,10 @@ TEST_CASE("E caches in the tiers: they move to T1 and back with their messages, 
   store::DiskStore disk((dir.path / "store").string());
   const Outcome t2 = run(pair, 14, 0, &disk);
   check_same(t2, all_fit);
-  CHECK(t2.stats.t2_hits > 0);
-  CHECK(t2.stats.e_t2_writes > 0);
-  CHECK(t2.stats.e_t2_loads > 0);
-  CHECK(t2.stats.e_t2_load_bytes > 0);
+  CHECK(t2.stats.t2.hits > 0);
+  CHECK(t2.stats.t2.e_writes > 0);
+  CHECK(t2.stats.t2.e_loads > 0);
+  CHECK(t2.stats.t2.e_load_bytes > 0);
   CHECK(t2.stats.e_dropped == 0);  // out of memory, but in the entries
   CHECK(t2.n_e_recomputed == 0);
   CHECK(t2.stats.e_recomputed_tokens == 0);
@@ -324,7 +324,7 @@ TEST_CASE("E caches in the tiers: another run reads them from T2 with the docume
     store::DiskStore disk(path);
     const Outcome first = run(pair, 4096, 0, &disk, nullptr, /*write_through=*/true);
     check_same(first, all_fit);
-    CHECK(first.stats.e_t2_writes == kDocs);
+    CHECK(first.stats.t2.e_writes == kDocs);
   }
   // A second engine finds the documents in T2 and loads them, E caches staying in the entries: the sibling's
   // plan reads them from there, and the sender recomputes nothing.
@@ -332,8 +332,8 @@ TEST_CASE("E caches in the tiers: another run reads them from T2 with the docume
     store::DiskStore disk(path);
     const Outcome second = run(pair, 4096, 0, &disk);
     check_same(second, all_fit);
-    CHECK(second.stats.e_t2_loads == kDocs);
-    CHECK(second.stats.e_t2_writes == 0);
+    CHECK(second.stats.t2.e_loads == kDocs);
+    CHECK(second.stats.t2.e_writes == 0);
     CHECK(second.n_e_recomputed == 0);
   }
   // The entries list their E caches, and `cache ls --verify` (list(true)) checks them.
@@ -361,8 +361,8 @@ TEST_CASE("E caches in the tiers: another run reads them from T2 with the docume
   CHECK(flagged);
   const Outcome damaged = run(pair, 4096, 0, &disk);
   check_same(damaged, all_fit);
-  CHECK(damaged.stats.t2_bad >= 1);
-  CHECK(damaged.stats.e_t2_loads == kDocs - 1);
+  CHECK(damaged.stats.t2.bad >= 1);
+  CHECK(damaged.stats.t2.e_loads == kDocs - 1);
   CHECK(damaged.n_e_recomputed == 0);  // the document encoded again saved its E cache anew
 }
 
@@ -373,12 +373,12 @@ TEST_CASE("E caches in the tiers: a second engine reads them from T3 (Redis), an
   store::RedisStore redis({"127.0.0.1", server.port(), testing::kRedisPassword});
   const Outcome first = run(pair, 4096, 0, nullptr, &redis);
   check_same(first, all_fit);
-  CHECK(first.stats.e_t3_writes == kDocs);
-  CHECK(first.stats.e_t3_write_bytes == first.stats.e_saved_bytes);
+  CHECK(first.stats.t3.e_writes == kDocs);
+  CHECK(first.stats.t3.e_write_bytes == first.stats.e_saved_bytes);
 
   const Outcome second = run(pair, 4096, 0, nullptr, &redis);
   check_same(second, all_fit);
-  CHECK(second.stats.e_t3_loads == kDocs);
+  CHECK(second.stats.t3.e_loads == kDocs);
   CHECK(second.n_e_recomputed == 0);
 
   const std::vector<uint64_t> keys = document_keys(pair);
@@ -388,8 +388,8 @@ TEST_CASE("E caches in the tiers: a second engine reads them from T3 (Redis), an
   REQUIRE(redis.put(keys[1], *value));
   const Outcome damaged = run(pair, 4096, 0, nullptr, &redis);
   check_same(damaged, all_fit);
-  CHECK(damaged.stats.t3_bad >= 1);
-  CHECK(damaged.stats.e_t3_loads == kDocs - 1);
+  CHECK(damaged.stats.t3.bad >= 1);
+  CHECK(damaged.stats.t3.e_loads == kDocs - 1);
   CHECK(damaged.n_e_recomputed == 0);
 }
 
@@ -427,9 +427,9 @@ TEST_CASE("E caches in the tiers: a prefetch from T2 brings a document's E cache
   REQUIRE(tight.result.messages.size() == all_fit.result.messages.size());
   for (size_t i = 0; i < tight.result.messages.size(); ++i)
     CHECK(tight.result.messages[i].tokens == all_fit.result.messages[i].tokens);
-  CHECK(tight.stats.e_t2_writes > 0);
+  CHECK(tight.stats.t2.e_writes > 0);
   CHECK(tight.t2_prefetches > 0);
-  CHECK(tight.stats.e_t2_loads > 0);
+  CHECK(tight.stats.t2.e_loads > 0);
   CHECK(tight.stats.e_recomputed_tokens == 0);
 }
 

@@ -246,9 +246,8 @@ TEST_CASE("eval run: choreo mode reads encodings from a store: same generations,
   REQUIRE(stored_tokens > 0);
 
   const Run plain = evaluate(workflow, data, dir.file("plain.jsonl"), -1, {}, two_modes());
-  store::DiskStore reader(store_dir.string(), /*create=*/false);
   eval::EvalSettings with_store = two_modes();
-  with_store.store = &reader;
+  with_store.stores.disk_dir = store_dir.string();  // read only
   const Run stored = evaluate(workflow, data, dir.file("stored.jsonl"), -1, {}, with_store);
   const auto a = by_key(plain.rows), b = by_key(stored.rows);
   REQUIRE(a.size() == 10);

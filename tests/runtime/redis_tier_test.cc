@@ -214,7 +214,7 @@ TEST_CASE("redis T3: a server that dies mid-run is a warning, and the run recomp
   REQUIRE(warnings.size() == 1);
   CHECK(warnings[0].find("stopped answering") != std::string::npos);
   CHECK_FALSE(redis.usable());
-  CHECK(e.tier_stats().t3_writes >= 1);
+  CHECK(e.tier_stats().t3.writes >= 1);
 }
 
 /// Steps to execution written down per message.
@@ -269,7 +269,7 @@ TEST_CASE("redis T3: an evicted message due soon is prefetched from T3 on a conn
   const kv::TierStats s = e.tier_stats();
   CHECK(s.prefetches == 1);
   CHECK(s.prefetch_used == 1);
-  CHECK(s.t3_hits == 1);
+  CHECK(s.t3.hits == 1);
   CHECK(s.recomputes == 0);
   CHECK(d.stats.n_loaded == int(first.tokens.size()));
 }
@@ -300,7 +300,7 @@ TEST_CASE("redis T3: a value corrupted in Redis is detected by its checksums and
   e.set_remote_store(&redis);
   const runtime::PrefillResult r = e.prefill({tokens, {}});
   CHECK(r.stats.n_computed == int(tokens.size()));
-  CHECK(e.tier_stats().t3_bad == 1);
+  CHECK(e.tier_stats().t3.bad == 1);
   const kv::Message& a = e.store().get(r.id);
   CHECK(testing::bit_identical(want, testing::page_floats(a.pages, 1)));
   REQUIRE(warnings.size() == 1);

@@ -130,7 +130,8 @@ TEST_CASE("reuse profile: plans run one after another on a live engine give what
   const int sibling = add_synthetic_sibling(set, dir, 8, 20, 0.1f);
   const eval::Dataset data = small_dataset();
   const std::vector<eval::ReuseItem> items = eval::reuse_items(data, m, 0);
-  kv::PagePool pool(m.backend(), m.kv_layout(32), size_t(128) << 20);
+  runtime::EngineOptions pool;
+  pool.t0_bytes = size_t(128) << 20;
   const std::vector<CrossModelPlan> plans{CrossModelPlan::partial(8, 14), {Kind::Reuse, {}},
                                           {Kind::Partial, {{4, 6}, {12, 20}}}, CrossModelPlan::partial(0, 30)};
   runtime::ModelSet with_caches = set;
@@ -142,7 +143,8 @@ TEST_CASE("reuse profile: plans run one after another on a live engine give what
     const eval::PlanRun a = live.run(plan);
     CHECK(a.n_e_recomputed == 0);
     // A runner that runs this plan alone, without E caches saved: its sender recomputes them.
-    kv::PagePool fresh_pool(m.backend(), m.kv_layout(32), size_t(64) << 20);
+    runtime::EngineOptions fresh_pool;
+  fresh_pool.t0_bytes = size_t(64) << 20;
     eval::ReuseRunner fresh(set, 0, sibling, fresh_pool, data.metric, 6);
     fresh.start(items[0]);
     const eval::PlanRun b = fresh.run(plan);
@@ -169,7 +171,8 @@ TEST_CASE("reuse profile: with an adapter on layers 10-14, the cheapest exact pl
   const eval::Dataset data = small_dataset();
   std::vector<eval::ReuseItem> items = eval::reuse_items(data, m, 0);
   items.resize(1);  // one item is enough for properties that hold bit for bit on each
-  kv::PagePool pool(m.backend(), m.kv_layout(32), size_t(256) << 20);
+  runtime::EngineOptions pool;
+  pool.t0_bytes = size_t(256) << 20;
   eval::ReuseRunner runner(set, 0, sibling, pool, data.metric, 6);
 
   std::vector<CrossModelPlan> plans{{Kind::Reuse, {}}};

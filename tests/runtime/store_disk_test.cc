@@ -38,13 +38,24 @@ store::Compatibility compat(const kernels::KvLayout& layout = testing::small_lay
   return {kModel, layout};
 }
 
+/// Reads an opened entry's pages as the tier manager does (store::read_entry), reporting a damaged page to
+/// the store; false then.
+bool read_pages(DiskStore& disk, const store::StoredEntry& entry, kv::PageList& pages) {
+  pages.reserve(int(entry.meta().tokens.size()));
+  std::map<int, std::vector<float>> no_e_cache;
+  const std::optional<std::string> bad =
+      store::read_entry(entry, pages.pages(), pages.pool().backend(), {}, no_e_cache);
+  if (bad) disk.report_bad(entry.meta().content_key, *bad);
+  return !bad;
+}
+
 /// True when the store holds exactly this entry: header fields and every page byte.
 bool holds(DiskStore& disk, const SyntheticEntry& e) {
-  std::optional<store::MappedEntry> m = disk.open(e.meta.content_key, compat(e.meta.layout));
-  if (!m || m->meta().tokens != e.meta.tokens || m->meta().parents != e.meta.parents) return false;
+  const store::Opened m = disk.open(e.meta.content_key, compat(e.meta.layout));
+  if (!m || m.entry->meta().tokens != e.meta.tokens || m.entry->meta().parents != e.meta.parents) return false;
   kv::PagePool pool(testing::cpu_backend(), e.meta.layout, size_t(64) << 20);
   kv::PageList pages(pool);
-  if (!disk.read_pages(*m, pages)) return false;
+  if (!read_pages(disk, *m.entry, pages)) return false;
   const std::vector<std::byte> host = pages.to_host(e.pages.size());
   for (size_t i = 0; i < e.pages.size(); ++i)
     if (std::memcmp(host.data() + i * e.meta.page_bytes(), e.pages[i].data(), e.meta.page_bytes()) != 0)
@@ -118,12 +129,13 @@ TEST_CASE(
       c ^= 0x40;
       f.write(&c, 1);
     }
-    std::optional<store::MappedEntry> m = disk.open(0x51ull, compat());
+    const store::Opened m = disk.open(0x51ull, compat());
     REQUIRE(m);  // the header is intact; the page is caught when copied
     kv::PagePool pool(testing::cpu_backend(), testing::small_layout(), size_t(1) << 20);
     kv::PageList pages(pool);
-    CHECK(!disk.read_pages(*m, pages));
-    CHECK(!disk.read_pages(*m, pages));
+    CHECK(!read_pages(disk, *m.entry, pages));
+    pages.clear();
+    CHECK(!read_pages(disk, *m.entry, pages));
     REQUIRE(w.lines.size() == 1);
     CHECK(w.lines[0].find("page checksum") != std::string::npos);
     CHECK(disk.list(true)[0].problem == store::EntryProblem::PageChecksum);

@@ -150,15 +150,13 @@ TEST_CASE(
   }
   SUBCASE("an entry written by another model is ignored") {
     // Rewrite B's file with the same key and contents but another fingerprint.
-    std::optional<store::MappedEntry> m =
+    const store::Opened m =
         disk.open(key_b, {stories().model->fingerprint(), stories().model->kv_layout(kPageTokens)});
     REQUIRE(m);
-    store::EntryMeta meta = m->meta();
+    store::EntryMeta meta = m.entry->meta();
     meta.model_fingerprint ^= 0x1;
     std::vector<const std::byte*> pages;
-    for (size_t i = 0; i < meta.n_pages(); ++i)
-      pages.push_back(reinterpret_cast<const std::byte*>(m->file.bytes().data() + m->parsed.pages_offset +
-                                                         i * meta.page_bytes()));
+    for (size_t i = 0; i < meta.n_pages(); ++i) pages.push_back(store::entry_page(m.entry->bytes(), m.entry->parsed(), i));
     disk.save(meta, pages);
     Run reader(&disk);
     CHECK(reader.a.loaded);

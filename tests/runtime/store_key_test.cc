@@ -108,11 +108,11 @@ TEST_CASE(
   unkeyed.save(plain_entry.meta, plain_entry.page_pointers());
   other_keyed.save(foreign_entry.meta, foreign_entry.page_pointers());
 
-  std::optional<store::MappedEntry> m = keyed.open(0x1, compat);
+  const store::Opened m = keyed.open(0x1, compat);
   REQUIRE(m);
-  CHECK(m->parsed.mac_kind == store::kMacHmacSha256);
-  CHECK(store::check_entry_mac(m->file.bytes(), m->parsed, key) == EntryProblem::Ok);
-  CHECK(store::check_entry_mac(m->file.bytes(), m->parsed, other) == EntryProblem::BadMac);
+  CHECK(m.entry->parsed().mac_kind == store::kMacHmacSha256);
+  CHECK(store::check_entry_mac(m.entry->bytes(), m.entry->parsed(), key) == EntryProblem::Ok);
+  CHECK(store::check_entry_mac(m.entry->bytes(), m.entry->parsed(), other) == EntryProblem::BadMac);
   CHECK(w.lines.empty());
 
   CHECK(!keyed.open(0x2, compat));

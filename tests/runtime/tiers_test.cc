@@ -174,9 +174,9 @@ TEST_CASE("tiers: T2 (the persistent store) takes what T1 has no room for, and g
     const Outcome got = scenario(peak_pages * 2 / 3 * page, {t1_pages * page, kv::EvictionPolicy::Workflow,
                                                              size_t(64) << 20}, dir.str());
     check_same(ref, got);
-    CHECK(got.stats.t2_writes > 0);
-    CHECK(got.stats.t2_hits > 0);
-    CHECK(got.stats.t2_bad == 0);
+    CHECK(got.stats.t2.writes > 0);
+    CHECK(got.stats.t2.hits > 0);
+    CHECK(got.stats.t2.bad == 0);
     // Released records (a recipe only) are the only messages recomputed: everything else came back.
     CHECK(got.stats.recomputes <= 1);
   }
@@ -216,9 +216,9 @@ TEST_CASE("tiers: on the emulated CUDA backend every tier copy is from or to pin
     const uint64_t t1_bytes = got.stats.t1_offload_bytes + got.stats.t1_load_bytes;
     uint64_t least = t1_bytes + pages_read_bytes(got);
     if (with_t2) {
-      CHECK(got.stats.t2_writes > 0);
-      CHECK(got.stats.t2_hits > 0);
-      least += got.stats.t2_load_bytes;
+      CHECK(got.stats.t2.writes > 0);
+      CHECK(got.stats.t2.hits > 0);
+      least += got.stats.t2.load_bytes;
     }
     CHECK(after.pinned_bytes - before.pinned_bytes >= least);
   }
@@ -271,13 +271,13 @@ TEST_CASE("tiers: a T2 entry corrupted on disk is detected by its checksum and r
     REQUIRE(i < 20);
     e.prefill({text(m, fmt::format("Story {}: a dog ran to the park and played with a ball all day long.", i)), {}});
   }
-  REQUIRE(e.tier_stats().t2_writes > 0);
+  REQUIRE(e.tier_stats().t2.writes > 0);
   const std::string path = disk.entry_path(e.store().get(a.id).key);
   REQUIRE(std::filesystem::exists(path));
   flip_byte(path);
   r.parents = {{a.id}};
   const runtime::DecodeResult d = e.decode(r);
-  CHECK(e.tier_stats().t2_bad == 1);
+  CHECK(e.tier_stats().t2.bad == 1);
   CHECK(d.stats.n_recomputed == int(first.tokens.size()));
   CHECK(testing::bit_identical(want, d.logits));
 }
@@ -538,7 +538,7 @@ TEST_CASE("tiers: prefetch brings a message due soon back from T1 or T2 before i
     } else if (name == "T2 corrupted") {
       CHECK(s.prefetches == 1);
       CHECK(s.prefetch_bad == 1);
-      CHECK(s.t2_bad == 1);
+      CHECK(s.t2.bad == 1);
       CHECK(d.stats.n_recomputed == n_a);
     } else {
       CHECK(s.prefetches == 1);
@@ -546,7 +546,7 @@ TEST_CASE("tiers: prefetch brings a message due soon back from T1 or T2 before i
       CHECK(s.prefetch_bad == 0);
       CHECK(d.stats.n_loaded == n_a);
       CHECK(d.stats.n_recomputed == 0);
-      CHECK((t2 ? s.t2_hits : s.t1_hits) == 1);
+      CHECK((t2 ? s.t2.hits : s.t1_hits) == 1);
     }
     e.step_oracles().remove(&w);
   }
@@ -577,7 +577,7 @@ TEST_CASE("tiers: every transfer is an event on its tier's trace track, as many 
   const double t_end = steady_ms();
   const kv::TierStats s = e.tier_stats();
   REQUIRE(s.t1_hits > 0);
-  REQUIRE(s.t2_hits > 0);
+  REQUIRE(s.t2.hits > 0);
   std::map<std::string, uint64_t> count;
   for (const kv::TierEvent& ev : e.tier_events()) {
     ++count[kv::track_name(ev)];
@@ -587,9 +587,9 @@ TEST_CASE("tiers: every transfer is an event on its tier's trace track, as many 
   }
   const size_t n_tracks = count.size();
   CHECK(count["evict to T1"] == s.t1_offloads);
-  CHECK(count["evict to T2"] == s.t2_writes);
+  CHECK(count["evict to T2"] == s.t2.writes);
   CHECK(count["T1->T0"] == s.t1_hits);
-  CHECK(count["T2->T0"] == s.t2_hits);
+  CHECK(count["T2->T0"] == s.t2.hits);
   CHECK(count["recompute"] == s.recomputes);
   // In the trace: a "KV tiers" process, a track per kind, one slice per event.
   const nlohmann::ordered_json trace = exec::trace_json({}, e.tier_events());

@@ -116,7 +116,7 @@ TEST_CASE("tiers never change results: every shipped and corpus workflow, tight 
         evictions += got.stats.t0_evictions;
         recomputes += got.stats.recomputes;
         reloads += got.stats.t1_hits;
-        disk_loads += got.stats.t2_hits;
+        disk_loads += got.stats.t2.hits;
         prefetches += got.stats.prefetches;
         prefetch_used += got.stats.prefetch_used;
         CHECK(got.stats.prefetch_bad == 0);
