@@ -168,7 +168,7 @@ class Elaborator {
  public:
   Elaborator(const Workflow& workflow, const Arguments& arguments, Executor& executor, Knowledge knowledge)
       : w_(workflow), arguments_(arguments), executor_(executor), knowledge_(knowledge),
-        budget_(workflow, arguments.max_steps) {
+        budget_(workflow, arguments.max_steps), pml_(workflow) {
     for (const Agent& a : w_.agents) agents_.push_back(a.name.value);
     for (const Agent& a : w_.agents)
       if (a.model) check_model(*a.model);
@@ -188,6 +188,7 @@ class Elaborator {
   Executor& executor_;
   Knowledge knowledge_;
   WorkBudget budget_;
+  PmlLoader pml_;  // PML messages' schemas, loaded as the plan is made
   Elaboration out_;
   GlobalScope globals_;
   std::vector<std::string> agents_;    // declared agents, in file order
@@ -461,6 +462,7 @@ class Elaborator {
                         m.where.to_string(), m.name.value));
         b.pml_file = render(*m.pml, globals_);
         b.pml_prompt = render(*m.prompt, globals_);
+        if (b.pml_file && b.pml_prompt) b.pml = pml_.load(m, *b.pml_file, *b.pml_prompt);
       } else {
         b.node.text = message_text(m, globals_);
         if (b.node.text && b.node.text->empty() && m.role == Role::None)

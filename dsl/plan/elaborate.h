@@ -21,6 +21,7 @@
 
 #include "dsl/expr/value.h"
 #include "dsl/plan/plan.h"
+#include "dsl/plan/pml_message.h"
 #include "dsl/workflow.h"
 
 namespace choreo::dsl::plan {
@@ -48,6 +49,7 @@ struct Branch {
   SamplingValues sampling;                  ///< decodes
   std::optional<std::string> pml_file;      ///< PML messages: the schema path as written (rendered)
   std::optional<std::string> pml_prompt;    ///< PML messages: the rendered prompt
+  PmlMessage pml;                           ///< PML messages: the schema and prompt, parsed (when both known)
 };
 
 /// Runs or records the batches the elaborator decides on.

@@ -17,15 +17,13 @@
 #include "dsl/expr/value.h"
 #include "dsl/plan/elaborate.h"
 #include "dsl/plan/steps_to_execution.h"
-#include "dsl/pml/prompt_parser.h"
-#include "dsl/pml/schema_parser.h"
 #include "common/clock.h"
-#include "common/input_file.h"
 #include "runtime/exec/calls.h"
 #include "runtime/exec/plan_follower.h"
 #include "runtime/model/chat_template.h"
 #include "runtime/pml/encode.h"
 #include "runtime/pml/prompt_plan.h"
+#include "runtime/pml/serve.h"
 
 namespace choreo::exec {
 
@@ -300,43 +298,54 @@ class Interpreter : public dsl::plan::Executor {
   /// positions (shifted together by an `at:`), so a decode over them sees exactly the prompt.
   Value prefill_pml(const dsl::plan::Branch& branch, size_t plan_node) {
     const dsl::Message& m = *branch.message;
-    const std::string& written = branch.pml_file.value();
-    // The path is relative to the workflow file and must stay inside its directory (or one allowed with
-    // --allow-path): a template lets a data row choose the file, and a row must not choose /etc/shadow.
-    std::filesystem::path path;
-    try {
-      path = confine_path(workflow_.file.empty() ? "<workflow>" : workflow_.file, written, "pml: ");
-    } catch (const InputError& e) {
-      throw error_at(m.pml->where, e.message(), e.hint());
-    }
-    if (!std::filesystem::exists(path))
-      throw error_at(m.pml->where, fmt::format("PML schema file '{}' does not exist", written),
-                     "paths are relative to the workflow file's directory");
-    auto cached = schemas_.find(path.string());
-    if (cached == schemas_.end()) {
-      try {
-        cached = schemas_.emplace(path.string(), dsl::pml::load_schema(path.string(), nullptr, Origin::Referred)).first;
-      } catch (const InputError& e) {
-        // A path the data chose names a file the user never named: its errors do not quote its contents.
-        if (m.pml->value.find("{{") == std::string::npos) throw;
-        throw InputError(e.message(), e.hint(), e.where());
-      }
-    }
     const model::Model& model = engine_.model();
     // Modules this run encodes (or loads from the store) are recorded as "module" messages, so that the run's
     // end-to-end time and token counts include them; those found already encoded cost nothing and are not.
     std::map<kv::MessageId, std::pair<runtime::CallStats, double>> encoded_now;
-    runtime::pml::EncodedSchema encoded = runtime::pml::encode_layout(
-        [&](std::vector<runtime::PrefillRequest> requests) {
-          for (runtime::PrefillRequest& r : requests) r.read_by = read_by_.at(plan_node);
-          const double start_ms = steady_ms();
-          std::vector<runtime::PrefillResult> results = engine_.prefill_batch(std::move(requests));
-          result_.batches.push_back({"prefill", int(results.size())});
-          for (const runtime::PrefillResult& r : results)
-            if (r.stats.n_computed > 0 || r.loaded) encoded_now.emplace(r.id, std::make_pair(r.stats, start_ms));
-          return results;
-        },
-        runtime::pml::lay_out(cached->second, model));
+    const auto prefill = [&](std::vector<runtime::PrefillRequest> requests, bool modules) {
+      for (runtime::PrefillRequest& r : requests) r.read_by = read_by_.at(plan_node);
+      const double start_ms = steady_ms();
+      std::vector<runtime::PrefillResult> results = engine_.prefill_batch(std::move(requests));
+      result_.batches.push_back({"prefill", int(results.size())});
+      if (modules)
+        for (const runtime::PrefillResult& r : results)
+          if (r.stats.n_computed > 0 || r.loaded) encoded_now.emplace(r.id, std::make_pair(r.stats, start_ms));
+      return results;
+    };
+    const runtime::pml::EncodedSchema encoded = runtime::pml::encode_layout(
+        [&](std::vector<runtime::PrefillRequest> r) { return prefill(std::move(r), true); },
+        runtime::pml::lay_out(*branch.pml.schema, model));
+    record_modules(m, encoded, encoded_now);
+    // The prompt's parts at their positions; its closing text too (which serve_prompt would decode from).
+    const runtime::pml::EncodedPrompt prompt = runtime::pml::encode_prompt(
+        [&](std::vector<runtime::PrefillRequest> r) { return prefill(std::move(r), false); }, encoded,
+        *branch.pml.prompt, model, /*closing_text=*/true);
+    dsl::expr::List refs;
+    for (const runtime::pml::PromptPiece& piece : prompt.pieces) {
+      runtime::CallStats stats;
+      if (piece.encoded) {
+        stats = piece.encoded->stats;
+      } else {
+        stats.start_pos = piece.start_pos;
+        stats.n_reused = int(piece.tokens.size());
+      }
+      const std::string piece_text = vocab_.detokenize(piece.tokens);
+      pinned_[piece.id] = {piece.start_pos, int(piece.tokens.size())};
+      info_[piece.id] = {m.name.value + "/" + piece.label, "", {}};
+      Branch b;
+      b.name = m.name.value + "/" + piece.label;
+      MessageRecord r = record_of(b, "message", piece.id, stats, piece.start_ms);
+      r.text = piece_text;
+      r.tokens = piece.tokens;
+      result_.messages.push_back(r);
+      refs.push_back(Value::message({piece.id, piece_text}));
+    }
+    return Value::list(std::move(refs));
+  }
+
+  /// The schema pieces this run encoded (or loaded from a store) for a PML message, as "module" messages.
+  void record_modules(const dsl::Message& m, const runtime::pml::EncodedSchema& encoded,
+                      std::map<kv::MessageId, std::pair<runtime::CallStats, double>>& encoded_now) {
     for (size_t piece = 0; piece < encoded.messages.size(); ++piece) {
       auto it = encoded_now.find(encoded.messages[piece]);
       if (it == encoded_now.end()) continue;
@@ -351,56 +360,6 @@ class Interpreter : public dsl::plan::Executor {
       result_.messages.push_back(std::move(r));
       encoded_now.erase(it);
     }
-    const std::string& text = branch.pml_prompt.value();
-    const runtime::pml::PromptPlan plan =
-        runtime::pml::plan_prompt(encoded.layout, dsl::pml::parse_prompt(text, m.prompt->where), model);
-
-    std::vector<runtime::Parent> parents;
-    dsl::expr::List refs;
-    auto add = [&](kv::MessageId id, const std::string& label, int start, int n_tokens, const std::string& piece_text,
-                   const runtime::CallStats& stats, const std::vector<Token>& tokens, double start_ms) {
-      parents.push_back({id, start, n_tokens});
-      pinned_[id] = {start, n_tokens};
-      info_[id] = {m.name.value + "/" + label, "", {}};
-      Branch b;
-      b.name = m.name.value + "/" + label;
-      MessageRecord r = record_of(b, "message", id, stats, start_ms);
-      r.text = piece_text;
-      r.tokens = tokens;
-      result_.messages.push_back(r);
-      refs.push_back(Value::message({id, piece_text}));
-    };
-    auto fresh = [&](const std::vector<Token>& tokens, int start) {
-      runtime::PrefillRequest r;
-      r.tokens = tokens;
-      r.parents = parents;  // everything before it in the prompt
-      r.new_offset = start;
-      r.read_by = read_by_.at(plan_node);
-      const double start_ms = steady_ms();
-      std::vector<runtime::PrefillResult> results = engine_.prefill_batch({r});
-      result_.batches.push_back({"prefill", 1});
-      return std::make_pair(results.at(0), start_ms);
-    };
-    for (const runtime::pml::PromptPart& part : plan.parts) {
-      const std::string piece_text = vocab_.detokenize(part.tokens);
-      if (part.kind == runtime::pml::PromptPart::Kind::Cached) {
-        runtime::CallStats stats;
-        stats.start_pos = part.start_pos;
-        stats.n_reused = int(part.tokens.size());
-        add(encoded.messages[size_t(part.piece)], part.label, part.start_pos, int(part.tokens.size()), piece_text,
-            stats, part.tokens, steady_ms());
-      } else {
-        auto [result, start_ms] = fresh(part.tokens, part.start_pos);
-        add(result.id, part.label, part.start_pos, int(part.tokens.size()), piece_text, result.stats, part.tokens,
-            start_ms);
-      }
-    }
-    if (!plan.header.empty()) {  // the prompt's last text, which serve_prompt would decode from
-      auto [result, start_ms] = fresh(plan.header, plan.header_pos);
-      add(result.id, "text", plan.header_pos, int(plan.header.size()), vocab_.detokenize(plan.header), result.stats,
-          plan.header, start_ms);
-    }
-    return Value::list(std::move(refs));
   }
 
   // ---- branches -------------------------------------------------------------------------------------
@@ -626,7 +585,6 @@ class Interpreter : public dsl::plan::Executor {
     int n_tokens = 0;
   };
   std::unordered_map<kv::MessageId, Pinned> pinned_;  // PML pieces: where a parent list places them
-  std::map<std::string, dsl::pml::Schema> schemas_;   // PML schema files by path, parsed once per run
   RunResult result_;
 };
 

@@ -7,6 +7,8 @@
 #include "dsl/plan/plan.h"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -328,4 +330,65 @@ TEST_CASE("plan: DOT quoting escapes quotes, backslashes and newlines") {
 }
 
 }  // namespace
+}  // namespace choreo::dsl::plan
+
+namespace choreo::dsl::plan {
+namespace {
+
+/// A workflow file beside a schema file, in a directory of its own.
+struct PmlDir {
+  std::filesystem::path dir;
+  PmlDir() {
+    dir = std::filesystem::temp_directory_path() / fmt::format("choreo-pml-plan-{}", ::getpid());
+    std::filesystem::create_directories(dir);
+  }
+  ~PmlDir() { std::filesystem::remove_all(dir); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  }
+};
+
+std::string file_compile_error(const std::string& workflow_path) {
+  try {
+    compile(load_workflow(workflow_path), {});
+  } catch (const InputError& e) {
+    return e.render();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("plan: a PML message's schema is loaded and its prompt parsed when the plan is made, so check reports them") {
+  PmlDir d;
+  const std::string workflow_head =
+      "name: w\nmessages:\n  doc:\n    pml: s.pml\n    prompt: '<prompt schema=\"s\"><m/></prompt>'\nsteps:\n"
+      "  - decode: {as: a, parents: [doc], header: \"Once\", max_tokens: 2}\n";
+  SUBCASE("a missing schema file is an error at its `pml:`") {
+    const std::string error = file_compile_error(d.write("w.yaml", workflow_head));
+    CHECK(error.find("PML schema file 's.pml' does not exist") != std::string::npos);
+    CHECK(error.find("w.yaml:4:") != std::string::npos);
+  }
+  SUBCASE("a schema with an error is reported at the schema's line") {
+    d.write("s.pml", "<schema name=\"s\">\n<module name=\"m\">unclosed\n</schema>\n");
+    const std::string error = file_compile_error(d.write("w.yaml", workflow_head));
+    CHECK(error.find("s.pml:") != std::string::npos);
+  }
+  SUBCASE("a path out of the workflow's directory is refused") {
+    const std::string error = file_compile_error(d.write(
+        "w.yaml", "name: w\nmessages:\n  doc:\n    pml: ../elsewhere.pml\n    prompt: '<prompt schema=\"s\"><m/></prompt>'\n"
+                  "steps:\n  - decode: {as: a, parents: [doc], header: \"Once\", max_tokens: 2}\n"));
+    CHECK(error.find("leads outside the directory of w.yaml") != std::string::npos);
+  }
+  SUBCASE("a good schema and prompt compile; a bad prompt is an error at `prompt:`") {
+    d.write("s.pml", "<schema name=\"s\"><module name=\"m\">Once upon a time</module></schema>\n");
+    CHECK(file_compile_error(d.write("w.yaml", workflow_head)).empty());  // not vacuous: the file is read
+    const std::string error = file_compile_error(d.write(
+        "w.yaml", "name: w\nmessages:\n  doc:\n    pml: s.pml\n    prompt: '<prompt schema=\"s\"><m>'\n"
+                  "steps:\n  - decode: {as: a, parents: [doc], header: \"Once\", max_tokens: 2}\n"));
+    CHECK(!error.empty());
+  }
+}
+
 }  // namespace choreo::dsl::plan
