@@ -72,7 +72,7 @@ std::vector<uint8_t> forged(const std::vector<uint8_t>& value, const store::Entr
   return store::encode_entry(parsed.meta, body, auth);
 }
 
-TEST_CASE("redis T3: a keyed reader refuses a value forged without the key, an unsigned one and another key's; it recomputes the same bits") {
+TEST_CASE("redis T3: a keyed reader refuses a value forged without the key, an unsigned one and another key's, and recomputes the same bits") {
   RedisServer server;
   const store::RedisAddress address{"127.0.0.1", server.port(), testing::kRedisPassword};
   const store::EntryAuthenticator ours = key(7), theirs = key(9);
@@ -123,7 +123,7 @@ bool finishes_within(std::chrono::seconds limit, F f) {
   return done.wait_for(limit) == std::future_status::ready;
 }
 
-TEST_CASE("redis T3: a reply trickled one byte at a time ends at the command's deadline; the run computes instead") {
+TEST_CASE("redis T3: a reply trickled one byte at a time ends at the command's deadline and the run computes instead") {
   // A bulk reply of 100000 bytes, one byte every 100 ms (it would take hours; the server gives up after 30 s):
   // each read gets a byte well within any per-read timeout.
   FakeRedis fake([](int fd, const std::function<bool()>& stopping) {
