@@ -30,12 +30,7 @@ struct ExecOptions {
 /// their "model" field.
 void add_exec_models(const ExecOptions& o, const model::Model& base, runtime::ModelSet& set,
                      runtime::ExtraModels& extra) {
-  for (const auto& [name, file] : key_values(o.lora_modules, "--lora-modules"))
-    set.add(name, base, model::LoraStack{{{model::LoraAdapter::load(file, base), 1.0f}}});
-  for (const auto& [name, file] : key_values(o.model_files, "--model-file")) {
-    extra.owned.push_back(model::Model::load(file, base.backend()));
-    set.add(name, *extra.owned.back(), {});
-  }
+  add_named_models(o.lora_modules, o.model_files, base, set, extra);
   // Plan files bind to models by fingerprint: every model with the receiver's reads every model with the
   // sender's through the plan.
   for (const std::string& path : o.reuse_plans) {
@@ -84,12 +79,7 @@ void register_exec(CLI::App& app) {
       ->check(CLI::IsMember({"choreo", "prefix", "naive"}));
   o->engine.add(*cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv | EngineFlags::kCache |
                          EngineFlags::kTiers | EngineFlags::kRedis | EngineFlags::kStore);
-  add_pairs_option(*cmd, "--lora-modules", o->lora_modules,
-                   "NAME=ADAPTER.gguf: a model calls choose with \"model\": NAME, the model with that adapter "
-                   "(scale 1); repeatable");
-  add_pairs_option(*cmd, "--model-file", o->model_files,
-                   "NAME=MODEL.gguf: another GGUF of the model's architecture, shapes and vocabulary, chosen with "
-                   "\"model\": NAME; repeatable");
+  add_named_model_flags(*cmd, o->lora_modules, o->model_files, "\"model\":");
   cmd->add_option("--reuse-plan", o->reuse_plans,
                   "plan.json from `choreo profile reuse`: the models with its receiver's weights and adapters "
                   "read those with its sender's through its plan (default: recompute); repeatable")

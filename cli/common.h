@@ -62,5 +62,6 @@ void register_eval(CLI::App& app);
 /// Adds the run form `choreo eval WORKFLOW.yaml --data FILE ...` to the eval group (cli/cmd_eval_run.cc).
 void add_eval_run(CLI::App& eval_group);
 void register_cache(CLI::App& app);
+void register_serve(CLI::App& app);
 
 }  // namespace choreo::cli

@@ -286,4 +286,24 @@ std::string tiers_line(const kv::TierStats& s) {
               : "");
 }
 
+void add_named_models(const std::vector<std::string>& lora_modules, const std::vector<std::string>& model_files,
+                      const model::Model& base, runtime::ModelSet& set, runtime::ExtraModels& extra) {
+  for (const auto& [name, file] : key_values(lora_modules, "--lora-modules"))
+    set.add(name, base, model::LoraStack{{{model::LoraAdapter::load(file, base), 1.0f}}});
+  for (const auto& [name, file] : key_values(model_files, "--model-file")) {
+    extra.owned.push_back(model::Model::load(file, base.backend()));
+    set.add(name, *extra.owned.back(), {});
+  }
+}
+
+void add_named_model_flags(CLI::App& cmd, std::vector<std::string>& lora_modules,
+                           std::vector<std::string>& model_files, const std::string& chosen_with) {
+  add_pairs_option(cmd, "--lora-modules", lora_modules,
+                   "NAME=ADAPTER.gguf: a model chosen with " + chosen_with +
+                       " NAME, the model with that adapter (scale 1); repeatable");
+  add_pairs_option(cmd, "--model-file", model_files,
+                   "NAME=MODEL.gguf: another GGUF of the model's architecture, shapes and vocabulary, chosen with " +
+                       chosen_with + " NAME; repeatable");
+}
+
 }  // namespace choreo::cli

@@ -87,6 +87,14 @@ struct EngineFlags {
   const CLI::App* app_ = nullptr;
 };
 
+/// Models calls and requests choose by name, after the run's model: NAME=ADAPTER.gguf (the run's model with that
+/// adapter, scale 1; --lora-modules) and NAME=MODEL.gguf (another GGUF of the same architecture; --model-file).
+void add_named_models(const std::vector<std::string>& lora_modules, const std::vector<std::string>& model_files,
+                      const model::Model& base, runtime::ModelSet& set, runtime::ExtraModels& extra);
+/// Declares --lora-modules and --model-file on `cmd`; `what` says who chooses ("calls", "requests").
+void add_named_model_flags(CLI::App& cmd, std::vector<std::string>& lora_modules,
+                           std::vector<std::string>& model_files, const std::string& chosen_with);
+
 /// One line on what the tiers did ("cache: ...").
 std::string tiers_line(const kv::TierStats& stats);
 

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   choreo::cli::register_check(app);
   choreo::cli::register_eval(app);
   choreo::cli::register_cache(app);
+  choreo::cli::register_serve(app);
   choreo::cli::register_finetune(app);
   try {
     app.parse(argc, argv);

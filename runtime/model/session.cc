@@ -19,6 +19,19 @@ void Session::truncate(int n_tokens) {
   if (n_tokens >= 0 && n_tokens < n_past()) tokens_.resize(size_t(n_tokens));
 }
 
+void Session::copy_prefix_from(const Session& other, int n_tokens) {
+  if (&other == this) return truncate(n_tokens);
+  if (&other.model_ != &model_ || other.pages_.page_tokens() != pages_.page_tokens())
+    throw std::invalid_argument("copy_prefix_from: a session of another model or layout");
+  n_tokens = std::clamp(n_tokens, 0, other.n_past());
+  tokens_.assign(other.tokens_.begin(), other.tokens_.begin() + n_tokens);
+  if (n_tokens == 0) return;
+  const size_t n_pages = size_t(n_tokens + pages_.page_tokens() - 1) / size_t(pages_.page_tokens());
+  const std::vector<std::byte> host = other.pages_.to_host(n_pages);
+  pages_.reserve(n_tokens);
+  pages_.upload(host.data(), n_pages);
+}
+
 void Session::decode_together(std::span<Session* const> sessions, std::span<const Token> tokens,
                               std::vector<float>* logits) {
   if (sessions.empty()) return;

@@ -32,10 +32,16 @@ class Session {
   void set_lora(const LoraStack* lora) { lora_ = lora; }
 
   int n_past() const { return int(tokens_.size()); }
+  /// Pages held, including those kept past n_past by truncate().
+  size_t pages_held() const { return pages_.pages().size(); }
   const std::vector<Token>& tokens() const { return tokens_; }
   void reset();
   /// Forgets every token from position n_tokens on (their pages are kept and later overwritten).
   void truncate(int n_tokens);
+  /// Becomes the first `n_tokens` tokens of `other` (a session of the same model and pool layout), copying
+  /// their KV pages: the same bytes it would hold after evaluating those tokens itself, since a token's KV
+  /// depends only on the tokens before it (batch-invariant kernels). A server's prefix cache (choreo serve).
+  void copy_prefix_from(const Session& other, int n_tokens);
 
  private:
   const Model& model_;

@@ -1,0 +1,121 @@
+// `choreo serve`: one long-lived engine behind the OpenAI and Anthropic HTTP APIs (docs/serve.md). The command
+// opens the engine, names its models, binds the address, prints one line saying where it listens, and serves
+// until SIGINT or SIGTERM.
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "cli/common.h"
+#include "cli/engine_flags.h"
+#include "common/error.h"
+#include "runtime/serve/server.h"
+
+namespace choreo::cli {
+
+namespace {
+
+struct ServeFlags {
+  EngineFlags engine;
+  std::vector<std::string> lora_modules, model_files;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;
+  int max_concurrency = 64;
+  int max_body_mib = 16;
+  int timeout_s = 600;
+  bool metrics = false;
+  bool quiet = false;
+};
+
+/// The id /v1/models lists for each model: the base model's file name without .gguf, then the named ones.
+std::vector<std::string> model_ids(const runtime::ModelSet& set, const model::Model& base) {
+  std::vector<std::string> ids{std::filesystem::path(base.file().path()).stem().string()};
+  for (size_t i = 1; i < set.size(); ++i) ids.push_back(set[i].name);
+  return ids;
+}
+
+void run_serve(const ServeFlags& o) {
+  // SIGINT and SIGTERM go to one thread that stops the server; every thread started from here inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  serve::ServeOptions options;
+  options.api_key = o.api_key;
+  if (options.api_key.empty())
+    if (const char* env = std::getenv("CHOREO_API_KEY")) options.api_key = env;
+  options.max_concurrency = o.max_concurrency;
+  options.metrics = o.metrics;
+  options.log_requests = !o.quiet;
+
+  runtime::ModelOptions models = o.engine.model_options();
+  models.add_models = [&o](const model::Model& base, runtime::ModelSet& set, runtime::ExtraModels& extra) {
+    add_named_models(o.lora_modules, o.model_files, base, set, extra);
+  };
+  std::unique_ptr<runtime::OpenedEngine> opened =
+      runtime::open_engine(models, o.engine.engine_options(runtime::Mode::Choreo, StorePolicy::Explicit));
+  std::vector<std::string> ids = model_ids(opened->engine().models(), opened->model());
+  const size_t t0_mib = opened->pool().budget_bytes() >> 20;
+  serve::Server server(std::move(opened), ids, options);
+
+  serve::HttpLimits limits;
+  limits.max_body_bytes = uint64_t(o.max_body_mib) << 20;
+  limits.timeout = limits.idle = std::chrono::seconds(o.timeout_s);
+  serve::HttpServer http(o.host, o.port, limits,
+                         [&server](const serve::HttpRequest& r, serve::HttpResponder& w) { server.handle(r, w); });
+  std::string listed;
+  for (const std::string& id : ids) listed += (listed.empty() ? "" : ", ") + id;
+  std::printf("choreo serve: listening on http://%s:%d; models: %s; T0 %zu MiB; API key %s\n", o.host.c_str(),
+              http.port(), listed.c_str(), t0_mib, options.api_key.empty() ? "not required" : "required");
+  std::fflush(stdout);
+  if (options.api_key.empty() && o.host != "127.0.0.1" && o.host != "::1")
+    std::fprintf(stderr, "warning: serving on %s without an API key: anyone who can reach it can use it "
+                         "(--api-key or $CHOREO_API_KEY)\n", o.host.c_str());
+
+  std::thread stopper([&http, stop_signals] {
+    int signal = 0;
+    sigwait(&stop_signals, &signal);
+    std::fprintf(stderr, "choreo serve: stopping (signal %d)\n", signal);
+    http.stop();
+  });
+  http.run();
+  stopper.detach();  // still waiting when run() ended for another reason; the process is ending
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto o = std::make_shared<ServeFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "serve the model over the OpenAI and Anthropic HTTP APIs, with a prefix cache (see docs/serve.md)");
+  cmd->add_option("--host", o->host, "address to listen on (default 127.0.0.1: this machine only)");
+  cmd->add_option("--port", o->port, "port to listen on (0: any free port, printed at start)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", o->api_key,
+                  "key clients must send (Authorization: Bearer KEY or x-api-key); default $CHOREO_API_KEY, else none");
+  cmd->add_option("--max-concurrency", o->max_concurrency, "generations in flight at once; more are answered 429")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-body-mib", o->max_body_mib, "largest request body, MiB; larger ones are answered 413")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--timeout", o->timeout_s,
+                  "seconds a client has to send a request, and to take each part of an answer; idle connections "
+                  "close after it too")
+      ->check(CLI::Range(1, 86400));
+  cmd->add_flag("--metrics", o->metrics, "serve GET /metrics (Prometheus text format)");
+  cmd->add_flag("-q,--quiet", o->quiet, "no line per request on stderr");
+  add_named_model_flags(*cmd, o->lora_modules, o->model_files, "a request's \"model\":");
+  o->engine.add(*cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv | EngineFlags::kCache |
+                          EngineFlags::kTiers | EngineFlags::kRedis | EngineFlags::kStore);
+  cmd->callback([o] {
+    o->engine.resolve();
+    run_serve(*o);
+  });
+}
+
+}  // namespace choreo::cli

@@ -1,0 +1,490 @@
+#include "runtime/serve/api.h"
+
+#include <fmt/format.h>
+
+#include "dsl/expr/value.h"
+
+namespace choreo::serve {
+
+using nlohmann::json;
+
+std::string dumps(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+namespace {
+
+constexpr int kMaxChoices = 16;
+constexpr size_t kMaxStops = 16;
+
+ApiError bad(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
+  return ApiError(400, "invalid_request_error", code, message, param);
+}
+
+std::string json_type(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "a list";
+  return "an object";
+}
+
+/// The field `name` of `body` when present and not null.
+const json* field(const json& body, const char* name) {
+  const auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+double number(const json& body, const char* name, double lo, double hi, double fallback) {
+  const json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_number()) throw bad(name, fmt::format("'{}' must be a number, not {}", name, json_type(*v)), "invalid_type");
+  const double x = v->get<double>();
+  if (!(x >= lo && x <= hi)) throw bad(name, fmt::format("'{}' must be between {} and {}; got {}", name, lo, hi, x));
+  return x;
+}
+
+int64_t integer(const json& body, const char* name, int64_t lo, int64_t hi, int64_t fallback) {
+  const json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_number_integer() && !v->is_number_unsigned())
+    throw bad(name, fmt::format("'{}' must be an integer, not {}", name, json_type(*v)), "invalid_type");
+  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(hi))
+    throw bad(name, fmt::format("'{}' must be at most {}", name, hi));
+  const int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi) throw bad(name, fmt::format("'{}' must be between {} and {}; got {}", name, lo, hi, x));
+  return x;
+}
+
+bool boolean(const json& body, const char* name, bool fallback) {
+  const json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_boolean()) throw bad(name, fmt::format("'{}' must be true or false, not {}", name, json_type(*v)), "invalid_type");
+  return v->get<bool>();
+}
+
+std::string text(const json& body, const char* name, bool required) {
+  const json* v = field(body, name);
+  if (!v) {
+    if (required) throw bad(name, fmt::format("'{}' is required", name), "missing_required_parameter");
+    return {};
+  }
+  if (!v->is_string()) throw bad(name, fmt::format("'{}' must be a string, not {}", name, json_type(*v)), "invalid_type");
+  return v->get<std::string>();
+}
+
+/// A message's content: a string, or a list of text blocks joined (the part types each API names for text).
+std::string content_text(const json& content, const std::string& param) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) throw bad(param, fmt::format("'{}' must be a string or a list of content blocks", param), "invalid_type");
+  std::string out;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const json& block = content[i];
+    const std::string where = fmt::format("{}[{}]", param, i);
+    if (!block.is_object()) throw bad(where, fmt::format("'{}' must be a content block object", where), "invalid_type");
+    const std::string type = text(block, "type", true);
+    if (type != "text" && type != "input_text" && type != "output_text")
+      throw bad(where + ".type", fmt::format("content blocks of type '{}' are not supported: choreo serve reads text "
+                                             "(type 'text', 'input_text' or 'output_text')", type),
+                "unsupported_content");
+    out += text(block, "text", true);
+  }
+  return out;
+}
+
+std::string role_of(const json& message, const std::string& param, bool allow_system) {
+  std::string role = text(message, "role", true);
+  if (role == "developer") role = "system";
+  if (role == "user" || role == "assistant" || (allow_system && role == "system")) return role;
+  throw bad(param + ".role", fmt::format("role '{}' is not supported; use {}", role,
+                                         allow_system ? "system, user or assistant" : "user or assistant"));
+}
+
+void parse_stop(const json& body, const char* name, ApiRequest& r) {
+  const json* v = field(body, name);
+  if (!v) return;
+  if (v->is_string()) {
+    r.stop.push_back(v->get<std::string>());
+    return;
+  }
+  if (!v->is_array() || v->size() > kMaxStops)
+    throw bad(name, fmt::format("'{}' must be a string or a list of at most {} strings", name, kMaxStops), "invalid_type");
+  for (const json& s : *v) {
+    if (!s.is_string()) throw bad(name, fmt::format("'{}' must hold strings only", name), "invalid_type");
+    r.stop.push_back(s.get<std::string>());
+  }
+}
+
+void parse_sampling(const json& body, ApiRequest& r) {
+  r.sampling.temperature = float(number(body, "temperature", 0, 2, 1.0));
+  r.sampling.top_p = float(number(body, "top_p", 0, 1, 1.0));
+  r.sampling.top_k = int(integer(body, "top_k", 0, 1 << 20, 0));
+  if (const json* seed = field(body, "seed")) {
+    if (!seed->is_number_integer() && !seed->is_number_unsigned())
+      throw bad("seed", "'seed' must be an integer", "invalid_type");
+    r.sampling.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : uint64_t(seed->get<int64_t>());
+    r.seeded = true;
+  }
+}
+
+/// Who asks: prompt_cache_key, else metadata's agent/user id, else `user`.
+void parse_agent(const json& body, ApiRequest& r) {
+  r.agent = text(body, "prompt_cache_key", false);
+  if (const json* meta = field(body, "metadata"); r.agent.empty() && meta && meta->is_object()) {
+    for (const char* key : {"agent", "agent_id", "user_id"})
+      if (const json* v = field(*meta, key); v && v->is_string()) {
+        r.agent = v->get<std::string>();
+        break;
+      }
+  }
+  if (r.agent.empty()) r.agent = text(body, "user", false);
+}
+
+void reject_extensions(const json& body) {
+  if (field(body, "choreo"))
+    throw bad("choreo", "choreo's request extensions (message ids, item_reference parents, output ids, retention) "
+                        "are not available in this build of choreo serve yet; send plain requests",
+              "unsupported_extension");
+}
+
+void parse_chat_messages(const json& body, ApiRequest& r) {
+  const json* messages = field(body, "messages");
+  if (!messages) throw bad("messages", "'messages' is required", "missing_required_parameter");
+  if (!messages->is_array() || messages->empty()) throw bad("messages", "'messages' must be a non-empty list", "invalid_type");
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& m = (*messages)[i];
+    const std::string param = fmt::format("messages[{}]", i);
+    if (!m.is_object()) throw bad(param, fmt::format("'{}' must be an object", param), "invalid_type");
+    if (m.contains("type") && m["type"] == "item_reference") reject_extensions(json{{"choreo", true}});
+    reject_extensions(m);
+    const json* content = field(m, "content");
+    if (!content) throw bad(param + ".content", fmt::format("'{}.content' is required", param), "missing_required_parameter");
+    r.messages.push_back({role_of(m, param, true), content_text(*content, param + ".content")});
+  }
+}
+
+/// What chat completions and completions share: choices, stop strings, streaming.
+void parse_openai_choices(const json& body, ApiRequest& r) {
+  r.n = int(integer(body, "n", 1, kMaxChoices, 1));
+  parse_stop(body, "stop", r);
+  r.stream = boolean(body, "stream", false);
+  if (const json* so = field(body, "stream_options"); so && so->is_object())
+    r.include_usage = boolean(*so, "include_usage", false);
+}
+
+void parse_openai_chat(const json& body, ApiRequest& r) {
+  parse_chat_messages(body, r);
+  r.max_tokens = int(integer(body, "max_completion_tokens", 1, 1 << 24, integer(body, "max_tokens", 1, 1 << 24, 0)));
+  parse_openai_choices(body, r);
+}
+
+void parse_completions(const json& body, ApiRequest& r) {
+  const json* prompt = field(body, "prompt");
+  if (!prompt) throw bad("prompt", "'prompt' is required", "missing_required_parameter");
+  if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) prompt = &(*prompt)[0];
+  if (!prompt->is_string()) throw bad("prompt", "'prompt' must be a string (or a list of one string)", "invalid_type");
+  r.prompt = prompt->get<std::string>();
+  r.max_tokens = int(integer(body, "max_tokens", 1, 1 << 24, 16));  // the API's default
+  parse_openai_choices(body, r);
+}
+
+void parse_responses(const json& body, ApiRequest& r) {
+  if (std::string instructions = text(body, "instructions", false); !instructions.empty())
+    r.messages.push_back({"system", instructions});
+  const json* input = field(body, "input");
+  if (!input) throw bad("input", "'input' is required", "missing_required_parameter");
+  if (input->is_string()) {
+    r.messages.push_back({"user", input->get<std::string>()});
+  } else if (input->is_array()) {
+    for (size_t i = 0; i < input->size(); ++i) {
+      const json& item = (*input)[i];
+      const std::string param = fmt::format("input[{}]", i);
+      if (!item.is_object()) throw bad(param, fmt::format("'{}' must be an object", param), "invalid_type");
+      if (const json* type = field(item, "type"); type && *type != "message")
+        throw bad(param + ".type", "only input items of type 'message' are supported", "unsupported_content");
+      const json* content = field(item, "content");
+      if (!content) throw bad(param + ".content", fmt::format("'{}.content' is required", param), "missing_required_parameter");
+      r.messages.push_back({role_of(item, param, true), content_text(*content, param + ".content")});
+    }
+  } else {
+    throw bad("input", "'input' must be a string or a list of messages", "invalid_type");
+  }
+  r.max_tokens = int(integer(body, "max_output_tokens", 1, 1 << 24, 0));
+  if (boolean(body, "stream", false))
+    throw bad("stream", "streaming /v1/responses is not available in choreo serve yet; use /v1/chat/completions to stream",
+              "unsupported_parameter");
+  if (std::string prev = text(body, "previous_response_id", false); !prev.empty()) r.previous_response_id = prev;
+  r.store = boolean(body, "store", true);
+}
+
+/// Anthropic's cache_control on a block: its ttl ("5m" by default, or "1h").
+std::chrono::seconds cache_ttl(const json& block, const std::string& param) {
+  const json* cc = field(block, "cache_control");
+  if (!cc) return std::chrono::seconds(0);
+  if (!cc->is_object() || text(*cc, "type", true) != "ephemeral")
+    throw bad(param + ".cache_control", "'cache_control' must be {\"type\": \"ephemeral\"} with an optional ttl");
+  const std::string ttl = text(*cc, "ttl", false);
+  if (ttl.empty() || ttl == "5m") return std::chrono::minutes(5);
+  if (ttl == "1h") return std::chrono::hours(1);
+  throw bad(param + ".cache_control.ttl", fmt::format("ttl '{}' is not one of 5m, 1h", ttl));
+}
+
+/// Anthropic content: a string, or text blocks; notes cache_control breakpoints.
+std::string anthropic_content(const json& content, const std::string& param, ApiRequest& r, int message_count) {
+  if (content.is_string()) return content.get<std::string>();
+  std::string out = content_text(content, param);
+  for (size_t i = 0; i < content.size(); ++i)
+    if (const std::chrono::seconds ttl = cache_ttl(content[i], fmt::format("{}[{}]", param, i)); ttl.count() > 0) {
+      r.keep_for = std::max(r.keep_for, ttl);
+      r.cache_control_messages = message_count;
+    }
+  return out;
+}
+
+void parse_messages(const json& body, ApiRequest& r) {
+  if (const json* system = field(body, "system")) {
+    if (!system->is_string() && !system->is_array()) throw bad("system", "'system' must be a string or a list of text blocks", "invalid_type");
+    r.messages.push_back({"system", anthropic_content(*system, "system", r, 1)});
+  }
+  const json* messages = field(body, "messages");
+  if (!messages) throw bad("messages", "'messages' is required", "missing_required_parameter");
+  if (!messages->is_array() || messages->empty()) throw bad("messages", "'messages' must be a non-empty list", "invalid_type");
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& m = (*messages)[i];
+    const std::string param = fmt::format("messages[{}]", i);
+    if (!m.is_object()) throw bad(param, fmt::format("'{}' must be an object", param), "invalid_type");
+    reject_extensions(m);
+    const json* content = field(m, "content");
+    if (!content) throw bad(param + ".content", fmt::format("'{}.content' is required", param), "missing_required_parameter");
+    const std::string role = role_of(m, param, false);
+    r.messages.push_back({role, anthropic_content(*content, param + ".content", r, int(r.messages.size()) + 1)});
+  }
+  // A request-level cache_control caches the whole prompt (up to its last message).
+  if (const std::chrono::seconds ttl = cache_ttl(body, "request"); ttl.count() > 0) {
+    r.keep_for = std::max(r.keep_for, ttl);
+    r.cache_control_messages = int(r.messages.size());
+  }
+  if (!field(body, "max_tokens")) throw bad("max_tokens", "'max_tokens' is required", "missing_required_parameter");
+  r.max_tokens = int(integer(body, "max_tokens", 1, 1 << 24, 0));
+  parse_stop(body, "stop_sequences", r);
+  r.stream = boolean(body, "stream", false);
+}
+
+}  // namespace
+
+json parse_body(const std::string& body) {
+  if (const size_t deep = dsl::expr::find_too_deep_json(body); deep != std::string::npos)
+    throw ApiError(400, "invalid_request_error", "invalid_json",
+                   fmt::format("the body nests lists and objects more than {} levels deep (at byte {})",
+                               dsl::expr::kMaxValueDepth, deep + 1));
+  json v = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (v.is_discarded())
+    throw ApiError(400, "invalid_request_error", "invalid_json", "the body is not valid JSON");
+  if (!v.is_object()) throw ApiError(400, "invalid_request_error", "invalid_json", "the body must be a JSON object");
+  return v;
+}
+
+ApiRequest parse_request(ApiKind kind, const json& body) {
+  ApiRequest r;
+  r.kind = kind;
+  r.model = text(body, "model", kind == ApiKind::Messages);
+  reject_extensions(body);
+  parse_sampling(body, r);
+  parse_agent(body, r);
+  r.ignore_eos = boolean(body, "ignore_eos", false);
+  switch (kind) {
+    case ApiKind::ChatCompletions: parse_openai_chat(body, r); break;
+    case ApiKind::Completions: parse_completions(body, r); break;
+    case ApiKind::Responses: parse_responses(body, r); break;
+    case ApiKind::Messages: parse_messages(body, r); break;
+  }
+  return r;
+}
+
+std::string error_body(ApiKind kind, const ApiError& e) {
+  if (kind == ApiKind::Messages)
+    return dumps(json{{"type", "error"}, {"error", {{"type", e.type}, {"message", e.what()}}}});
+  json error{{"message", e.what()}, {"type", e.type}, {"code", e.code}};
+  error["param"] = e.param.empty() ? json(nullptr) : json(e.param);
+  return dumps(json{{"error", error}});
+}
+
+json choreo_usage(const GenerationResult& result) {
+  const PromptUsage& u = result.usage;
+  return json{{"prompt_tokens", u.prompt_tokens},
+              {"reused_prefix_tokens", u.prefix_reused},
+              {"reused_out_of_prefix_tokens", u.reused_out_of_prefix},
+              {"computed_tokens", u.computed},
+              {"loaded_tokens", {{"t1", u.loaded_t1}, {"t2", u.loaded_t2}, {"t3", u.loaded_t3}}},
+              {"recomputed_tokens", u.recomputed},
+              {"ttft_ms", result.ttft_ms},
+              {"total_ms", result.total_ms}};
+}
+
+namespace {
+
+std::string openai_finish(const std::string& reason) { return reason == "length" ? "length" : "stop"; }
+
+std::string anthropic_stop(const Choice& c) {
+  if (c.finish_reason == "length") return "max_tokens";
+  return c.stop_string.empty() ? "end_turn" : "stop_sequence";
+}
+
+json openai_usage(const GenerationResult& r) {
+  return json{{"prompt_tokens", r.usage.prompt_tokens},
+              {"completion_tokens", r.completion_tokens},
+              {"total_tokens", r.usage.prompt_tokens + r.completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", r.usage.prefix_reused}}}};
+}
+
+/// Anthropic's split of the prompt: read from the cache, written to it (up to the last cache_control
+/// breakpoint), and the rest.
+json anthropic_usage(const ApiRequest& request, const PromptUsage& u, int output_tokens) {
+  const int creation = request.cache_control_messages > 0 ? u.computed : 0;
+  return json{{"input_tokens", u.prompt_tokens - u.prefix_reused - creation},
+              {"cache_read_input_tokens", u.prefix_reused},
+              {"cache_creation_input_tokens", creation},
+              {"output_tokens", output_tokens}};
+}
+
+std::string sse(const json& data) { return "data: " + dumps(data) + "\n\n"; }
+std::string sse(const std::string& event, const json& data) {
+  return "event: " + event + "\ndata: " + dumps(data) + "\n\n";
+}
+
+json chat_chunk(const Answer& a, json choices) {
+  return json{{"id", a.id}, {"object", "chat.completion.chunk"}, {"created", a.created}, {"model", a.model},
+              {"choices", std::move(choices)}};
+}
+
+json completion_chunk(const Answer& a, json choices) {
+  return json{{"id", a.id}, {"object", "text_completion"}, {"created", a.created}, {"model", a.model},
+              {"choices", std::move(choices)}};
+}
+
+}  // namespace
+
+std::string answer_body(const ApiRequest& request, const Answer& a, const GenerationResult& result) {
+  json out;
+  switch (request.kind) {
+    case ApiKind::ChatCompletions: {
+      json choices = json::array();
+      for (size_t i = 0; i < result.choices.size(); ++i)
+        choices.push_back({{"index", i},
+                           {"message", {{"role", "assistant"}, {"content", result.choices[i].text}}},
+                           {"logprobs", nullptr},
+                           {"finish_reason", openai_finish(result.choices[i].finish_reason)}});
+      out = {{"id", a.id}, {"object", "chat.completion"}, {"created", a.created}, {"model", a.model},
+             {"choices", choices}, {"usage", openai_usage(result)}};
+      break;
+    }
+    case ApiKind::Completions: {
+      json choices = json::array();
+      for (size_t i = 0; i < result.choices.size(); ++i)
+        choices.push_back({{"index", i}, {"text", result.choices[i].text}, {"logprobs", nullptr},
+                           {"finish_reason", openai_finish(result.choices[i].finish_reason)}});
+      out = {{"id", a.id}, {"object", "text_completion"}, {"created", a.created}, {"model", a.model},
+             {"choices", choices}, {"usage", openai_usage(result)}};
+      break;
+    }
+    case ApiKind::Responses: {
+      const Choice& c = result.choices.at(0);
+      json message{{"type", "message"}, {"id", "msg_" + a.id.substr(5)}, {"status", "completed"}, {"role", "assistant"},
+                   {"content", json::array({{{"type", "output_text"}, {"text", c.text}, {"annotations", json::array()}}})}};
+      out = {{"id", a.id}, {"object", "response"}, {"created_at", a.created}, {"model", a.model},
+             {"status", c.finish_reason == "length" ? "incomplete" : "completed"},
+             {"output", json::array({message})},
+             {"previous_response_id", a.previous_response_id ? json(*a.previous_response_id) : json(nullptr)},
+             {"store", request.store},
+             {"usage", {{"input_tokens", result.usage.prompt_tokens},
+                        {"input_tokens_details", {{"cached_tokens", result.usage.prefix_reused}}},
+                        {"output_tokens", result.completion_tokens},
+                        {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                        {"total_tokens", result.usage.prompt_tokens + result.completion_tokens}}}};
+      if (c.finish_reason == "length") out["incomplete_details"] = {{"reason", "max_output_tokens"}};
+      break;
+    }
+    case ApiKind::Messages: {
+      const Choice& c = result.choices.at(0);
+      out = {{"id", a.id}, {"type", "message"}, {"role", "assistant"}, {"model", a.model},
+             {"content", json::array({{{"type", "text"}, {"text", c.text}}})},
+             {"stop_reason", anthropic_stop(c)},
+             {"stop_sequence", c.stop_string.empty() ? json(nullptr) : json(c.stop_string)},
+             {"usage", anthropic_usage(request, result.usage, result.completion_tokens)}};
+      break;
+    }
+  }
+  out["choreo"] = choreo_usage(result);
+  return dumps(out);
+}
+
+std::vector<std::string> stream_start(const ApiRequest& request, const Answer& a, const PromptUsage& usage) {
+  std::vector<std::string> events;
+  if (request.kind == ApiKind::ChatCompletions) {
+    for (int i = 0; i < request.n; ++i)
+      events.push_back(sse(chat_chunk(a, json::array({{{"index", i},
+                                                       {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                                       {"logprobs", nullptr},
+                                                       {"finish_reason", nullptr}}}))));
+  } else if (request.kind == ApiKind::Messages) {
+    json message{{"id", a.id}, {"type", "message"}, {"role", "assistant"}, {"model", a.model},
+                 {"content", json::array()}, {"stop_reason", nullptr}, {"stop_sequence", nullptr},
+                 {"usage", anthropic_usage(request, usage, 0)}};
+    events.push_back(sse("message_start", {{"type", "message_start"}, {"message", message}}));
+    events.push_back(sse("content_block_start", {{"type", "content_block_start"}, {"index", 0},
+                                                 {"content_block", {{"type", "text"}, {"text", ""}}}}));
+  }
+  return events;
+}
+
+std::string stream_text(const ApiRequest& request, const Answer& a, size_t choice, const std::string& text) {
+  switch (request.kind) {
+    case ApiKind::ChatCompletions:
+      return sse(chat_chunk(a, json::array({{{"index", choice}, {"delta", {{"content", text}}},
+                                             {"logprobs", nullptr}, {"finish_reason", nullptr}}})));
+    case ApiKind::Completions:
+      return sse(completion_chunk(a, json::array({{{"index", choice}, {"text", text}, {"logprobs", nullptr},
+                                                   {"finish_reason", nullptr}}})));
+    case ApiKind::Messages:
+      return sse("content_block_delta", {{"type", "content_block_delta"}, {"index", 0},
+                                         {"delta", {{"type", "text_delta"}, {"text", text}}}});
+    case ApiKind::Responses: break;
+  }
+  return {};
+}
+
+std::vector<std::string> stream_end(const ApiRequest& request, const Answer& a, const GenerationResult& result) {
+  std::vector<std::string> events;
+  if (request.kind == ApiKind::Messages) {
+    const Choice& c = result.choices.at(0);
+    events.push_back(sse("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}}));
+    events.push_back(sse("message_delta", {{"type", "message_delta"},
+                                           {"delta", {{"stop_reason", anthropic_stop(c)},
+                                                      {"stop_sequence", c.stop_string.empty() ? json(nullptr) : json(c.stop_string)}}},
+                                           {"usage", {{"output_tokens", result.completion_tokens}}}}));
+    events.push_back(sse("message_stop", {{"type", "message_stop"}}));
+    return events;
+  }
+  const bool chat = request.kind == ApiKind::ChatCompletions;
+  for (size_t i = 0; i < result.choices.size(); ++i) {
+    json choice{{"index", i}, {"logprobs", nullptr}, {"finish_reason", openai_finish(result.choices[i].finish_reason)}};
+    if (chat) choice["delta"] = json::object();
+    else choice["text"] = "";
+    events.push_back(sse(chat ? chat_chunk(a, json::array({choice})) : completion_chunk(a, json::array({choice}))));
+  }
+  if (request.include_usage) {
+    json last = chat ? chat_chunk(a, json::array()) : completion_chunk(a, json::array());
+    last["usage"] = openai_usage(result);
+    last["choreo"] = choreo_usage(result);
+    events.push_back(sse(last));
+  }
+  events.push_back("data: [DONE]\n\n");
+  return events;
+}
+
+std::string stream_error(const ApiRequest& request, const ApiError& e) {
+  if (request.kind == ApiKind::Messages) return sse("error", json::parse(error_body(request.kind, e)));
+  return sse(json::parse(error_body(request.kind, e)));
+}
+
+}  // namespace choreo::serve

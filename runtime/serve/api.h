@@ -1,0 +1,76 @@
+#pragma once
+// The request bodies of the OpenAI (chat completions, completions, responses) and Anthropic (messages) HTTP
+// APIs as one generation request, and the answers in each API's shape, whole or as server-sent events. Field
+// names and shapes follow the public API references; docs/serve.md lists what is read and what is ignored.
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/model/chat_template.h"
+#include "runtime/model/sampler.h"
+#include "runtime/serve/request.h"
+
+namespace choreo::serve {
+
+enum class ApiKind { ChatCompletions, Completions, Responses, Messages };
+
+/// A generation request, whatever API it came through.
+struct ApiRequest {
+  ApiKind kind = ApiKind::ChatCompletions;
+  std::string model;                          // as the client named it ("" when it named none)
+  std::vector<model::ChatMessage> messages;   // chat: the system turn first when there is one
+  std::string prompt;                         // completions: the raw prompt
+  model::SamplingParams sampling;
+  bool seeded = false;                        // the client gave a seed
+  int max_tokens = 0;                         // <= 0: up to the context
+  std::vector<std::string> stop;
+  int n = 1;
+  bool ignore_eos = false;                    // llama.cpp's extension: never draw end-of-generation
+  bool stream = false;
+  bool include_usage = false;                 // stream_options.include_usage
+  std::string agent;                          // prompt_cache_key, metadata, a session header: for the log
+  std::chrono::seconds keep_for{0};           // cache_control ttl: keep the prompt's sessions this long
+  int cache_control_messages = 0;             // Anthropic: messages up to the last cache_control breakpoint
+  std::optional<std::string> previous_response_id;  // responses
+  bool store = true;                                // responses
+};
+
+/// Parses a request body of `kind` (a JSON object). ApiError 400 names the field that is wrong.
+ApiRequest parse_request(ApiKind kind, const nlohmann::json& body);
+
+/// Parses the body's JSON: ApiError 400 for malformed JSON, a value nested too deep, or not an object.
+nlohmann::json parse_body(const std::string& body);
+
+/// The error body of `kind`'s API for `e`.
+std::string error_body(ApiKind kind, const ApiError& e);
+
+/// Names the request's answer in its API's shape.
+struct Answer {
+  std::string id;           // chatcmpl-…, cmpl-…, resp_…, msg_…
+  std::string model;        // as listed by /v1/models
+  int64_t created = 0;      // unix seconds
+  std::optional<std::string> previous_response_id;
+};
+
+/// The whole answer of a request that did not stream.
+std::string answer_body(const ApiRequest& request, const Answer& answer, const GenerationResult& result);
+
+/// The events of a streamed answer, each a complete server-sent event ("data: …\n\n", Anthropic's with
+/// "event: …").
+std::vector<std::string> stream_start(const ApiRequest& request, const Answer& answer, const PromptUsage& usage);
+std::string stream_text(const ApiRequest& request, const Answer& answer, size_t choice, const std::string& text);
+std::vector<std::string> stream_end(const ApiRequest& request, const Answer& answer, const GenerationResult& result);
+/// An error after the stream began.
+std::string stream_error(const ApiRequest& request, const ApiError& e);
+
+/// JSON text; bytes that are not UTF-8 (a model may generate them) become U+FFFD.
+std::string dumps(const nlohmann::json& v);
+
+/// The choreo object of a response: where the prompt's tokens came from.
+nlohmann::json choreo_usage(const GenerationResult& result);
+
+}  // namespace choreo::serve

@@ -1,0 +1,84 @@
+#pragma once
+// The HTTP/1.1 side of `choreo serve`, on Boost.Beast (docs/serve.md says why Beast): a thread accepts
+// connections and each connection gets a thread of its own, which reads a request, hands it to the handler and
+// writes the answer, whole or as a stream of chunks, keeping the connection alive between requests. Every read
+// and write has a deadline for the whole operation (a client sending its body a byte a second is cut off at
+// it), a request's body is refused past its limit while it is read (413), and connections beyond the limit are
+// answered 503 at once.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace choreo::serve {
+
+/// A request as the handler sees it.
+struct HttpRequest {
+  std::string method;  // GET, POST, ...
+  std::string target;  // path and query, e.g. /v1/chat/completions
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;
+  std::string peer;    // the client's address
+  /// The value of a header, or "".
+  std::string header(const std::string& lower_name) const {
+    const auto it = headers.find(lower_name);
+    return it == headers.end() ? std::string() : it->second;
+  }
+};
+
+/// How the handler answers: once with send(), or with a stream (begin_stream, then write() chunks).
+class HttpResponder {
+ public:
+  virtual ~HttpResponder() = default;
+  virtual void send(int status, const std::string& content_type, const std::string& body,
+                    const std::map<std::string, std::string>& headers = {}) = 0;
+  virtual void begin_stream(int status, const std::string& content_type) = 0;
+  /// False when the client is gone (or the write passed its deadline): stop generating for it.
+  virtual bool write(const std::string& chunk) = 0;
+  virtual bool sent() const = 0;
+};
+
+using HttpHandler = std::function<void(const HttpRequest&, HttpResponder&)>;
+
+/// The server's limits.
+struct HttpLimits {
+  uint64_t max_body_bytes = uint64_t(16) << 20;  // 413 past it
+  std::chrono::seconds timeout{600};             // a request's read, and each write
+  std::chrono::seconds idle{600};                // a kept-alive connection with no request
+  int max_connections = 256;                     // more are answered 503 at once
+};
+
+class HttpServer {
+ public:
+  /// Binds `host:port` (port 0: any free port; port() says which). Throws InputError when it cannot bind.
+  HttpServer(const std::string& host, int port, HttpLimits limits, HttpHandler handler);
+  /// Stops accepting, and waits for the connections to end (each within its deadlines).
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  int port() const { return port_; }
+  const std::string& host() const { return host_; }
+  /// Serves until stop() (from another thread, or a signal handler through it).
+  void run();
+  void stop();
+  int connections() const { return connections_.load(); }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::string host_;
+  int port_ = 0;
+  HttpLimits limits_;
+  HttpHandler handler_;
+  std::atomic<int> connections_{0};
+};
+
+}  // namespace choreo::serve

@@ -1,0 +1,56 @@
+#include "runtime/serve/metrics.h"
+
+#include <fmt/format.h>
+
+namespace choreo::serve {
+
+void Histogram::observe(double seconds) {
+  for (size_t i = 0; i < kBounds.size(); ++i)
+    if (seconds <= kBounds[i]) ++counts_[i];
+  ++count_;
+  sum_ += seconds;
+}
+
+std::string Histogram::render(const std::string& name, const std::string& help) const {
+  std::string out = fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  for (size_t i = 0; i < kBounds.size(); ++i) out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, kBounds[i], counts_[i]);
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, count_, name, sum_, name, count_);
+  return out;
+}
+
+void Metrics::request(const std::string& endpoint, int status) {
+  std::lock_guard lock(mutex_);
+  ++requests_[{endpoint, status}];
+}
+
+void Metrics::generation(int prompt_tokens, int reused, int computed, int generated, double ttft_s, double total_s) {
+  std::lock_guard lock(mutex_);
+  prompt_tokens_ += uint64_t(prompt_tokens);
+  reused_ += uint64_t(reused);
+  computed_ += uint64_t(computed);
+  generated_ += uint64_t(generated);
+  ttft_.observe(ttft_s);
+  total_.observe(total_s);
+}
+
+std::string Metrics::render(const std::string& gauges) const {
+  std::lock_guard lock(mutex_);
+  std::string out = "# HELP choreo_requests_total HTTP requests answered, by endpoint and status.\n"
+                    "# TYPE choreo_requests_total counter\n";
+  for (const auto& [key, n] : requests_)
+    out += fmt::format("choreo_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first, key.second, n);
+  out += fmt::format(
+      "# HELP choreo_prompt_tokens_total Prompt tokens of generations, by where their KV came from.\n"
+      "# TYPE choreo_prompt_tokens_total counter\n"
+      "choreo_prompt_tokens_total{{source=\"reused\"}} {}\n"
+      "choreo_prompt_tokens_total{{source=\"computed\"}} {}\n"
+      "# HELP choreo_generated_tokens_total Tokens generated.\n"
+      "# TYPE choreo_generated_tokens_total counter\n"
+      "choreo_generated_tokens_total {}\n",
+      reused_, computed_, generated_);
+  out += ttft_.render("choreo_ttft_seconds", "Time from a request's arrival to its first generated token.");
+  out += total_.render("choreo_request_seconds", "Time from a request's arrival to its last generated token.");
+  return out + gauges;
+}
+
+}  // namespace choreo::serve

@@ -1,0 +1,265 @@
+#include "runtime/serve/server.h"
+
+#include <chrono>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+
+namespace choreo::serve {
+
+using nlohmann::json;
+
+namespace {
+
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+/// Compares in time independent of where the strings differ (an API key).
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<size_t>(1, b.size())]);
+  return diff == 0;
+}
+
+void send_json(HttpResponder& r, int status, const std::string& body) { r.send(status, "application/json", body); }
+
+/// A log line's text with control characters shown as '?', so a client cannot forge log lines.
+std::string printable(std::string s) {
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return s;
+}
+
+}  // namespace
+
+Server::Server(std::unique_ptr<runtime::OpenedEngine> engine, std::vector<std::string> model_ids, ServeOptions options)
+    : options_(std::move(options)), model_ids_(std::move(model_ids)), service_(std::move(engine)),
+      stored_(options_.max_stored_responses) {
+  id_salt_ = std::random_device{}();
+  id_salt_ = (id_salt_ << 32) ^ std::random_device{}();
+}
+
+std::string Server::new_id(const char* prefix) {
+  return fmt::format("{}{:016x}{:08x}", prefix, id_salt_, ++next_id_);
+}
+
+bool Server::authorized(const HttpRequest& request) const {
+  if (options_.api_key.empty()) return true;
+  std::string given = request.header("x-api-key");
+  if (given.empty()) {
+    const std::string auth = request.header("authorization");
+    if (auth.rfind("Bearer ", 0) == 0) given = auth.substr(7);
+  }
+  return !given.empty() && same_secret(given, options_.api_key);
+}
+
+int Server::resolve_model(const std::string& id) const {
+  if (id.empty()) return 0;
+  for (size_t i = 0; i < model_ids_.size(); ++i)
+    if (model_ids_[i] == id) return int(i);
+  std::string known;
+  for (const std::string& m : model_ids_) known += (known.empty() ? "" : ", ") + m;
+  throw ApiError(404, "invalid_request_error", "model_not_found",
+                 fmt::format("the model '{}' does not exist on this server; it serves: {}", id, known), "model");
+}
+
+std::string Server::gauges() {
+  const EngineService::Snapshot s = service_.snapshot();
+  return fmt::format(
+      "# HELP choreo_t0_bytes KV bytes held in T0 (the page pool) and its budget.\n"
+      "# TYPE choreo_t0_bytes gauge\n"
+      "choreo_t0_bytes{{kind=\"in_use\"}} {}\n"
+      "choreo_t0_bytes{{kind=\"budget\"}} {}\n"
+      "# HELP choreo_sessions Cached KV sessions of plain requests.\n"
+      "# TYPE choreo_sessions gauge\n"
+      "choreo_sessions {}\n"
+      "# HELP choreo_session_events_total What the session cache did: prompts that extended a session, copied "
+      "a prefix, and sessions dropped for room.\n"
+      "# TYPE choreo_session_events_total counter\n"
+      "choreo_session_events_total{{event=\"extended\"}} {}\n"
+      "choreo_session_events_total{{event=\"copied\"}} {}\n"
+      "choreo_session_events_total{{event=\"dropped\"}} {}\n"
+      "# HELP choreo_decode_steps_total Continuous-batching decode steps, and the choices they decoded.\n"
+      "# TYPE choreo_decode_steps_total counter\n"
+      "choreo_decode_steps_total {}\n"
+      "choreo_decode_rows_total {}\n"
+      "# HELP choreo_requests_in_flight Generations admitted and not yet answered.\n"
+      "# TYPE choreo_requests_in_flight gauge\n"
+      "choreo_requests_in_flight {}\n",
+      s.t0_in_use_bytes, s.t0_budget_bytes, s.sessions, s.cache.extended, s.cache.copied, s.cache.dropped,
+      s.plain.steps, s.plain.step_rows, in_flight_.load());
+}
+
+void Server::handle(const HttpRequest& request, HttpResponder& r) {
+  const std::string path = request.target.substr(0, request.target.find('?'));
+  const bool get = request.method == "GET", post = request.method == "POST";
+  struct Route {
+    const char* path;
+    ApiKind kind;
+  };
+  static const Route routes[] = {{"/v1/chat/completions", ApiKind::ChatCompletions},
+                                 {"/v1/completions", ApiKind::Completions},
+                                 {"/v1/responses", ApiKind::Responses},
+                                 {"/v1/messages", ApiKind::Messages}};
+  for (const Route& route : routes) {
+    if (path != route.path) continue;
+    if (!post) {
+      send_json(r, 405, error_body(route.kind, ApiError(405, "invalid_request_error", "method_not_allowed",
+                                                        "use POST for " + path)));
+      return metrics_.request(path, 405);
+    }
+    return generation(route.kind, path, request, r);
+  }
+  int status = 200;
+  if (get && path == "/health") {
+    send_json(r, 200, R"({"status":"ok"})");
+  } else if (!authorized(request) && (path == "/v1/models" || path == "/metrics")) {
+    status = 401;
+    send_json(r, 401, error_body(ApiKind::ChatCompletions,
+                                 ApiError(401, "authentication_error", "invalid_api_key", "a valid API key is required")));
+  } else if (get && path == "/v1/models") {
+    json data = json::array();
+    for (const std::string& id : model_ids_)
+      data.push_back({{"id", id}, {"object", "model"}, {"created", 0}, {"owned_by", "choreo"}});
+    send_json(r, 200, dumps(json{{"object", "list"}, {"data", data}}));
+  } else if (get && path == "/metrics" && options_.metrics) {
+    r.send(200, "text/plain; version=0.0.4", metrics_.render(gauges()));
+  } else {
+    status = 404;
+    send_json(r, 404, error_body(ApiKind::ChatCompletions,
+                                 ApiError(404, "invalid_request_error", "not_found",
+                                          fmt::format("no route for {} {}", printable(request.method), printable(path)))));
+  }
+  metrics_.request(status == 404 ? "other" : path, status);
+}
+
+void Server::generation(ApiKind kind, const std::string& endpoint, const HttpRequest& request, HttpResponder& r) {
+  struct InFlight {
+    std::atomic<int>& n;
+    ~InFlight() { --n; }
+  };
+  int status = 200;
+  try {
+    if (!authorized(request))
+      throw ApiError(401, "authentication_error", "invalid_api_key",
+                     "a valid API key is required (Authorization: Bearer KEY, or x-api-key: KEY)");
+    const int admitted = ++in_flight_;
+    const InFlight guard{in_flight_};
+    if (admitted > options_.max_concurrency)
+      throw ApiError(429, kind == ApiKind::Messages ? "rate_limit_error" : "rate_limit_exceeded", "too_many_requests",
+                     fmt::format("the server runs at most {} generations at once (--max-concurrency); retry later",
+                                 options_.max_concurrency));
+    ApiRequest api = parse_request(kind, parse_body(request.body));
+    const int model = resolve_model(api.model);
+    if (api.agent.empty()) api.agent = request.header("x-choreo-agent");
+    if (api.agent.empty()) api.agent = request.header("x-session-id");
+    run_generation(api, model, request, r, endpoint);
+    return;
+  } catch (const ApiError& e) {
+    status = e.status;
+    if (!r.sent()) send_json(r, e.status, error_body(kind, e));
+  } catch (const InputError& e) {
+    status = 400;
+    if (!r.sent())
+      send_json(r, 400, error_body(kind, ApiError(400, "invalid_request_error", "invalid_request", e.what())));
+  } catch (const std::exception& e) {
+    status = 500;
+    if (!r.sent()) send_json(r, 500, error_body(kind, ApiError(500, "server_error", "internal", e.what())));
+  }
+  metrics_.request(endpoint, status);
+  if (options_.log_requests)
+    std::fprintf(options_.log, "serve: %s %s -> %d\n", request.method.c_str(), endpoint.c_str(), status);
+}
+
+std::vector<model::Token> Server::prompt_tokens(ApiRequest& api, int model) {
+  const model::Model& weights = *service_.models()[size_t(model)].weights;
+  if (api.kind == ApiKind::Completions) return weights.vocab().tokenize(api.prompt, true, /*parse_special=*/true);
+  if (api.previous_response_id) {
+    std::lock_guard lock(stored_mutex_);
+    const Stored* stored = stored_.find(*api.previous_response_id);
+    if (!stored)
+      throw ApiError(404, "invalid_request_error", "previous_response_not_found",
+                     fmt::format("no stored response '{}' (it was never stored, or the server restarted or dropped it)",
+                                 *api.previous_response_id),
+                     "previous_response_id");
+    const size_t system = !api.messages.empty() && api.messages[0].role == "system" ? 1 : 0;
+    api.messages.insert(api.messages.begin() + ptrdiff_t(system), stored->messages.begin(), stored->messages.end());
+  }
+  if (weights.chat_format() == model::ChatFormat::None)
+    throw ApiError(400, "invalid_request_error", "no_chat_template",
+                   "this model has no chat template choreo knows; use /v1/completions with a raw prompt");
+  return weights.vocab().tokenize(model::render_chat(weights.chat_format(), api.messages, true), true, true);
+}
+
+void Server::run_generation(ApiRequest& api, int model, const HttpRequest& request, HttpResponder& r,
+                            const std::string& endpoint) {
+  PlainRequest plain;
+  plain.prompt = prompt_tokens(api, model);
+  plain.model = model;
+  plain.n = api.n;
+  plain.sampling = api.sampling;
+  if (!api.seeded) plain.sampling.seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+  plain.max_tokens = api.max_tokens;
+  plain.stop = api.stop;
+  plain.keep_for = api.keep_for;
+  plain.ignore_eos = api.ignore_eos;
+  const char* prefix = api.kind == ApiKind::ChatCompletions ? "chatcmpl-"
+                       : api.kind == ApiKind::Completions   ? "cmpl-"
+                       : api.kind == ApiKind::Responses     ? "resp_"
+                                                            : "msg_";
+  const Answer answer{new_id(prefix), model_ids_[size_t(model)], unix_seconds(), api.previous_response_id};
+  auto g = std::make_shared<PlainGeneration>(std::move(plain));
+  service_.start(g);
+  GenerationResult result;
+  if (!api.stream) {
+    result = g->wait();
+    send_json(r, 200, answer_body(api, answer, result));
+  } else {
+    const PromptUsage usage = g->wait_admitted();  // errors before any event are plain HTTP errors
+    r.begin_stream(200, "text/event-stream");
+    bool open = true;
+    for (const std::string& e : stream_start(api, answer, usage)) open = open && r.write(e);
+    std::vector<PlainEvent> events;
+    while (g->next(&events))
+      for (const PlainEvent& e : events)
+        if (open && !(open = r.write(stream_text(api, answer, e.choice, e.text)))) g->cancel();
+    try {
+      result = g->wait();
+    } catch (const ApiError& e) {
+      if (open) r.write(stream_error(api, e));
+      throw;
+    }
+    for (const std::string& e : stream_end(api, answer, result)) open = open && r.write(e);
+  }
+  if (api.kind == ApiKind::Responses && api.store) {
+    Stored s;
+    s.model = model;
+    const size_t system = !api.messages.empty() && api.messages[0].role == "system" ? 1 : 0;
+    s.messages.assign(api.messages.begin() + ptrdiff_t(system), api.messages.end());
+    s.messages.push_back({"assistant", result.choices.at(0).text});
+    std::lock_guard lock(stored_mutex_);
+    stored_.put(answer.id, std::move(s));
+  }
+  metrics_.request(endpoint, 200);
+  metrics_.generation(result.usage.prompt_tokens, result.usage.prefix_reused, result.usage.computed,
+                      result.completion_tokens, result.ttft_ms / 1000, result.total_ms / 1000);
+  log_line(answer.id, api, result, 200);
+  (void)request;
+}
+
+void Server::log_line(const std::string& id, const ApiRequest& api, const GenerationResult& result, int status) {
+  if (!options_.log_requests) return;
+  std::fprintf(options_.log,
+               "serve: %s agent=%s status=%d prompt=%d computed=%d reused=%d loaded=%d generated=%d ttft=%.1fms "
+               "total=%.1fms\n",
+               id.c_str(), api.agent.empty() ? "-" : printable(api.agent).c_str(), status, result.usage.prompt_tokens,
+               result.usage.computed, result.usage.prefix_reused,
+               result.usage.loaded_t1 + result.usage.loaded_t2 + result.usage.loaded_t3, result.completion_tokens,
+               result.ttft_ms, result.total_ms);
+  std::fflush(options_.log);
+}
+
+}  // namespace choreo::serve

@@ -1,0 +1,389 @@
+"""Real clients against a real `choreo serve` on 127.0.0.1 (run by tests/serve/serve_test.cc, one section each).
+
+Sections:
+  openai     the openai package: chat completions streamed and not, n=2, a stop string, cached_tokens,
+             completions, responses with previous_response_id, and each error status as the SDK's own class
+  anthropic  the anthropic package: messages with cache_control blocks, streamed and not, cache reads
+  equality   32 concurrent clients; each text equals its sequential `choreo generate --chat` output
+  faults     malformed JSON, wrong types, oversized bodies, 10^5 messages, a slow body, a client gone
+             mid-stream, more requests than --max-concurrency; the server keeps serving after each
+  langgraph  a LangGraph graph of three agents debating through ChatOpenAI; later rounds hit the cache, and a
+             restarted server gives the same text at temperature 0
+
+Exit status 0 when every check of the section holds; the first failed check is printed with what was seen.
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+MODEL_ID = None
+
+
+class Server:
+    """`choreo serve` on a free port, stopped at exit."""
+
+    def __init__(self, choreo, model, *extra):
+        self.proc = subprocess.Popen([choreo, "serve", "-m", model, "--port", "0", "--cache-mib", "1024", *extra],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if "listening on http://" not in line:
+            raise SystemExit(f"FAIL: the server did not start: {line!r} {self.proc.stderr.read()}")
+        self.url = line.split("listening on ")[1].split(";")[0]
+        self.port = int(self.url.rsplit(":", 1)[1])
+        global MODEL_ID
+        MODEL_ID = line.split("models: ")[1].split(";")[0].split(",")[0].strip()
+        # Drain stderr so that the request log never blocks the server.
+        self.log = []
+        threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise SystemExit("FAIL: the server did not stop within 30 s of SIGTERM")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def check(cond, what, seen=None):
+    if not cond:
+        raise SystemExit(f"FAIL: {what}" + (f"\n  seen: {seen!r}" if seen is not None else ""))
+    print(f"ok    {what}")
+
+
+def raw(server, method, path, body=None, headers=None, timeout=60):
+    """(status, parsed JSON or text) of one request, without an SDK."""
+    req = urllib.request.Request(server.url + path, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            data = r.read().decode()
+            status = r.status
+    except urllib.error.HTTPError as e:
+        data, status = e.read().decode(), e.code
+    try:
+        return status, json.loads(data)
+    except ValueError:
+        return status, data
+
+
+def healthy(server):
+    status, body = raw(server, "GET", "/health")
+    return status == 200 and body == {"status": "ok"}
+
+
+def generate_reference(choreo, model, prompt, seed, n, temp, top_k, top_p):
+    out = subprocess.run([choreo, "generate", "-m", model, "--chat", "-p", prompt, "-s", str(seed), "-n", str(n),
+                          "--temp", str(temp), "--top-k", str(top_k), "--top-p", str(top_p)],
+                         capture_output=True, check=True)
+    text = out.stdout.decode()
+    assert text.endswith("\n")
+    return text[:-1]
+
+
+# ---- sections ---------------------------------------------------------------------------------------------
+
+def section_openai(args):
+    import openai
+    with Server(args.choreo, args.model) as s:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+        q = [{"role": "system", "content": "You are a terse assistant."},
+             {"role": "user", "content": "Name three primary colors."}]
+        r1 = c.chat.completions.create(model=MODEL_ID, messages=q, max_tokens=24, temperature=0)
+        check(r1.choices[0].message.content.strip() != "", "chat completion: text", r1)
+        d = r1.usage.prompt_tokens_details
+        check(d is not None and d.cached_tokens == 0, "usage.prompt_tokens_details.cached_tokens is present and 0 "
+              "on a first request", r1.usage)
+        r2 = c.chat.completions.create(model=MODEL_ID, messages=q, max_tokens=24, temperature=0)
+        check(r2.usage.prompt_tokens_details.cached_tokens == r2.usage.prompt_tokens - 1,
+              "a repeated prompt is cached but its last token", r2.usage)
+        check(r2.choices[0].message.content == r1.choices[0].message.content, "greedy: the same text again")
+        chunks = list(c.chat.completions.create(model=MODEL_ID, messages=q, max_tokens=24, temperature=0,
+                                                stream=True, stream_options={"include_usage": True}))
+        streamed = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+        check(streamed == r1.choices[0].message.content, "streamed text equals the whole answer", streamed)
+        check(chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == r1.usage.completion_tokens,
+              "stream_options.include_usage: a last chunk with usage", chunks[-1])
+        two = c.chat.completions.create(model=MODEL_ID, messages=q, max_tokens=24, temperature=1.0, seed=7, n=2)
+        one = c.chat.completions.create(model=MODEL_ID, messages=q, max_tokens=24, temperature=1.0, seed=7)
+        check(len(two.choices) == 2 and [x.index for x in two.choices] == [0, 1], "n=2: two choices", two.choices)
+        check(two.choices[0].message.content == one.choices[0].message.content,
+              "n=2: choice 0 is the n=1 answer of the same seed")
+        check(two.choices[1].message.content != two.choices[0].message.content, "n=2: the second choice samples "
+              "with its own seed", two.choices)
+        words = r1.choices[0].message.content.split()
+        stop = words[1] if len(words) > 1 else words[0]
+        st = c.chat.completions.create(model=MODEL_ID, messages=q, max_tokens=24, temperature=0, stop=[stop])
+        full = r1.choices[0].message.content
+        check(st.choices[0].message.content == full[:full.index(stop)] and st.choices[0].finish_reason == "stop",
+              f"stop string {stop!r}: the text ends before it", st.choices[0])
+        cmp = c.completions.create(model=MODEL_ID, prompt="Once upon a time", max_tokens=8, temperature=0)
+        check(cmp.choices[0].text != "" and cmp.usage.completion_tokens <= 8, "completions: text", cmp)
+
+        a = c.responses.create(model=MODEL_ID, input="Say hello.", max_output_tokens=16, temperature=0)
+        check(a.output_text != "" and a.id.startswith("resp_"), "responses: output_text", a)
+        b = c.responses.create(model=MODEL_ID, previous_response_id=a.id, input="Now say goodbye.",
+                               max_output_tokens=16, temperature=0)
+        check(b.usage.input_tokens_details.cached_tokens >= a.usage.input_tokens,
+              "responses: previous_response_id continues the conversation from the cache", b.usage)
+        check(b.previous_response_id == a.id, "responses: previous_response_id is echoed")
+
+        try:
+            c.chat.completions.create(model="no-such-model", messages=q, max_tokens=4)
+            check(False, "an unknown model raises NotFoundError")
+        except openai.NotFoundError as e:
+            check(e.status_code == 404 and e.body.get("code") == "model_not_found", "unknown model: NotFoundError")
+        try:
+            c.chat.completions.create(model=MODEL_ID, messages=q, max_tokens="many")
+            check(False, "a wrong type raises BadRequestError")
+        except openai.BadRequestError as e:
+            check(e.body.get("param") == "max_tokens", "a wrong type: BadRequestError naming the field", e.body)
+        try:
+            c.responses.create(model=MODEL_ID, previous_response_id="resp_missing", input="x")
+            check(False, "an unknown previous_response_id raises NotFoundError")
+        except openai.NotFoundError:
+            check(True, "an unknown previous_response_id: NotFoundError")
+    with Server(args.choreo, args.model, "--api-key", "sesame", "--max-body-mib", "1") as s:
+        bad = openai.OpenAI(base_url=s.url + "/v1", api_key="wrong", max_retries=0)
+        try:
+            bad.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+            check(False, "a bad key raises AuthenticationError")
+        except openai.AuthenticationError as e:
+            check(e.status_code == 401, "a bad key: AuthenticationError")
+        good = openai.OpenAI(base_url=s.url + "/v1", api_key="sesame", max_retries=0)
+        check(good.models.list().data[0].id == MODEL_ID, "the right key: /v1/models lists the model")
+        try:
+            good.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "x" * (2 << 20)}],
+                                         max_tokens=4)
+            check(False, "an oversized body raises an APIStatusError 413")
+        except openai.APIStatusError as e:
+            check(e.status_code == 413, "an oversized body: 413", e.status_code)
+        check(healthy(s), "the server still serves after the errors")
+
+
+def section_anthropic(args):
+    import anthropic
+    with Server(args.choreo, args.model) as s:
+        c = anthropic.Anthropic(base_url=s.url, api_key="unused", max_retries=0)
+        system = [{"type": "text", "text": "You are a helpful assistant who answers about the solar system. " * 8,
+                   "cache_control": {"type": "ephemeral"}}]
+        msgs = [{"role": "user", "content": [{"type": "text", "text": "Which planet is largest?"}]}]
+        m1 = c.messages.create(model=MODEL_ID, max_tokens=24, system=system, messages=msgs,
+                              extra_body={"temperature": 0})
+        check(m1.content[0].type == "text" and m1.content[0].text != "", "messages: a text block", m1)
+        check(m1.usage.cache_creation_input_tokens > 0 and m1.usage.cache_read_input_tokens == 0,
+              "a first request with cache_control writes the cache", m1.usage)
+        m2 = c.messages.create(model=MODEL_ID, max_tokens=24, system=system, messages=msgs,
+                              extra_body={"temperature": 0})
+        check(m2.usage.cache_read_input_tokens > 0, "a repeated request reads the cache", m2.usage)
+        total = m2.usage.input_tokens + m2.usage.cache_read_input_tokens + m2.usage.cache_creation_input_tokens
+        check(total == m1.usage.input_tokens + m1.usage.cache_read_input_tokens + m1.usage.cache_creation_input_tokens,
+              "input, cache read and cache creation add up to the same prompt", (m1.usage, m2.usage))
+        with c.messages.stream(model=MODEL_ID, max_tokens=24, system=system, messages=msgs,
+                              extra_body={"temperature": 0}) as st:
+            text = "".join(st.text_stream)
+            final = st.get_final_message()
+        check(text == m1.content[0].text and final.content[0].text == text, "streamed events give the same text",
+              text)
+        check(final.stop_reason in ("end_turn", "max_tokens"), "stop_reason", final.stop_reason)
+        ss = c.messages.create(model=MODEL_ID, max_tokens=24, system=system, messages=msgs,
+                               stop_sequences=[m1.content[0].text.split()[1]], extra_body={"temperature": 0})
+        check(ss.stop_reason == "stop_sequence" and ss.stop_sequence == m1.content[0].text.split()[1],
+              "stop_sequences: stop_reason stop_sequence", ss)
+        try:
+            c.messages.create(model="nope", max_tokens=4, messages=msgs)
+            check(False, "an unknown model raises NotFoundError")
+        except anthropic.NotFoundError:
+            check(True, "anthropic: an unknown model is NotFoundError")
+
+
+def section_equality(args):
+    """32 concurrent clients; each text must equal `choreo generate --chat` run alone."""
+    import openai
+    topics = ["the moon", "rivers", "bread", "owls", "chess", "rain", "glass", "bees"]
+    cases = []
+    for i in range(32):
+        # Shared prefixes on purpose: four clients per topic, so prompts extend and copy cached sessions.
+        prompt = f"Write one sentence about {topics[i % 8]}." + (" Be brief." if i >= 16 else "")
+        cases.append((prompt, 1000 + i))
+    n, temp, top_k, top_p = 24, 0.8, 40, 0.95
+    with Server(args.choreo, args.model, "--max-concurrency", "64", "--metrics") as s:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+        barrier = threading.Barrier(len(cases))
+
+        def ask(case):
+            prompt, seed = case
+            barrier.wait()
+            r = c.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": prompt}],
+                                          max_tokens=n, temperature=temp, top_p=top_p, seed=seed,
+                                          extra_body={"top_k": top_k}, stream=seed % 2 == 0)
+            if seed % 2 == 0:
+                return "".join(ch.choices[0].delta.content or "" for ch in r if ch.choices)
+            return r.choices[0].message.content
+
+        with concurrent.futures.ThreadPoolExecutor(len(cases)) as pool:
+            served = list(pool.map(ask, cases))
+        _, metrics = raw(s, "GET", "/metrics")
+        log = "".join(s.log)
+    value = lambda name: float([l for l in metrics.splitlines() if l.startswith(name)][0].split()[-1])
+    rows, steps = value("choreo_decode_rows_total"), value("choreo_decode_steps_total")
+    check(rows / steps > 4, f"the clients' decodes were batched together: {rows / steps:.1f} choices per step")
+    check(value('choreo_session_events_total{event="copied"}') > 0,
+          "shared prompt prefixes were copied between sessions")
+    batched = [int(x.split("=")[1]) for x in log.split() if x.startswith("computed=")]
+    check(len(batched) == 32, "every request was logged", log[-2000:])
+    for (prompt, seed), text in zip(cases, served):
+        ref = generate_reference(args.choreo, args.model, prompt, seed, n, temp, top_k, top_p)
+        check(text == ref, f"seed {seed}: the served text equals choreo generate --chat's", (text, ref))
+
+
+def section_faults(args):
+    with Server(args.choreo, args.model, "--timeout", "3", "--max-concurrency", "2", "--max-body-mib", "8",
+                "--metrics") as s:
+        post = lambda body, **kw: raw(s, "POST", "/v1/chat/completions", body, {"Content-Type": "application/json"}, **kw)
+        st, b = post(b"{not json")
+        check(st == 400 and b["error"]["code"] == "invalid_json", "malformed JSON: 400 invalid_json", b)
+        st, b = post(json.dumps({"messages": "hello"}).encode())
+        check(st == 400 and b["error"]["param"] == "messages", "wrong type: 400 naming the field", b)
+        st, b = post(json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode())
+        check(st == 400 and "role" in b["error"]["message"], "an unknown role: 400", b)
+        st, b = post(b"[" * 100000 + b"]" * 100000)
+        check(st == 400, "a body nested 10^5 deep: 400", b)
+        st, b = post(b"x" * (9 << 20))
+        check(st == 413, "a body over --max-body-mib: 413", st)
+        t0 = time.time()
+        msgs = [{"role": "user", "content": "hi"}] * 100000
+        st, b = post(json.dumps({"messages": msgs, "max_tokens": 4}).encode())
+        check(st == 400 and b["error"]["code"] == "context_length_exceeded",
+              f"10^5 messages: 400 context_length_exceeded in {time.time() - t0:.1f} s", b)
+        check(healthy(s), "still serving")
+
+        # A client that sends its body one byte a second is cut at --timeout.
+        sock = socket.create_connection(("127.0.0.1", s.port))
+        body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}).encode()
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        t0 = time.time()
+        closed = False
+        for byte in body:
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                closed = True
+                break
+            time.sleep(1)
+            if time.time() - t0 > 10:
+                break
+        try:
+            closed = closed or sock.recv(1) == b""
+        except OSError:
+            closed = True
+        check(closed and time.time() - t0 < 8, f"a body trickled a byte a second is cut at --timeout 3 "
+              f"({time.time() - t0:.1f} s)")
+        sock.close()
+        check(healthy(s), "still serving")
+
+        # A client gone mid-stream: its generation is cancelled and its session released.
+        sock = socket.create_connection(("127.0.0.1", s.port))
+        body = json.dumps({"messages": [{"role": "user", "content": "Tell a long story."}], "max_tokens": 2000,
+                           "temperature": 0, "stream": True}).encode()
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        got = b""
+        while got.count(b"data: ") < 3:
+            got += sock.recv(4096)
+        sock.close()
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            _, metrics = raw(s, "GET", "/metrics")
+            if "choreo_requests_in_flight 0" in metrics:
+                break
+            time.sleep(0.2)
+        check("choreo_requests_in_flight 0" in metrics, "a client gone mid-stream: its generation ends", metrics)
+        gen = [l for l in metrics.splitlines() if l.startswith("choreo_generated_tokens_total")]
+        check(gen and int(float(gen[0].split()[1])) < 2000, "... before its 2000 tokens", gen)
+
+        # More generations than --max-concurrency 2: the rest are 429, and nothing crashes.
+        def long_one(_):
+            return post(json.dumps({"messages": [{"role": "user", "content": "Count to fifty."}], "max_tokens": 64,
+                                    "temperature": 0}).encode())[0]
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            statuses = list(pool.map(long_one, range(6)))
+        check(statuses.count(429) >= 1 and statuses.count(200) >= 2 and set(statuses) <= {200, 429},
+              "more requests than --max-concurrency: 429 for the rest", statuses)
+        st, b = raw(s, "GET", "/nowhere")
+        check(st == 404, "an unknown route: 404")
+        check(healthy(s), "still serving at the end")
+
+
+def section_langgraph(args):
+    from typing import TypedDict
+    from langchain_openai import ChatOpenAI
+    from langgraph.graph import StateGraph, END
+
+    agents = ["optimist", "skeptic", "judge"]
+
+    class Debate(TypedDict):
+        transcript: list
+        cached: list
+
+    def run(url):
+        llm = ChatOpenAI(base_url=url + "/v1", api_key="unused", model=MODEL_ID, temperature=0, max_tokens=24,
+                         max_retries=0)
+
+        def speaker(name):
+            def speak(state):
+                history = "\n".join(state["transcript"]) or "(nothing yet)"
+                msgs = [("system", "You debate whether cities should ban cars. Answer in one sentence."),
+                        ("user", f"Debate so far:\n{history}\nYou are the {name}. Your turn.")]
+                out = llm.invoke(msgs)
+                usage = out.response_metadata.get("token_usage", {})
+                cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+                return {"transcript": state["transcript"] + [f"{name}: {out.content}"],
+                        "cached": state["cached"] + [cached]}
+            return speak
+
+        g = StateGraph(Debate)
+        order = [f"{a}{r}" for r in range(3) for a in agents]
+        for node in order:
+            g.add_node(node, speaker(node.rstrip("012")))
+        g.set_entry_point(order[0])
+        for a, b in zip(order, order[1:]):
+            g.add_edge(a, b)
+        g.add_edge(order[-1], END)
+        return g.compile().invoke({"transcript": [], "cached": []})
+
+    with Server(args.choreo, args.model) as s:
+        first = run(s.url)
+    check(len(first["transcript"]) == 9, "nine turns", first["transcript"])
+    check(all(c > 0 for c in first["cached"][3:]), "rounds 2-3 report cached tokens", first["cached"])
+    with Server(args.choreo, args.model) as s:
+        second = run(s.url)
+    check(second["transcript"] == first["transcript"], "a restarted server gives the same debate at temperature 0")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("section", choices=["openai", "anthropic", "equality", "faults", "langgraph"])
+    p.add_argument("--choreo", required=True)
+    p.add_argument("--model", required=True)
+    args = p.parse_args()
+    globals()["section_" + args.section](args)
+    print(f"section {args.section}: every check holds")
+
+
+if __name__ == "__main__":
+    main()
