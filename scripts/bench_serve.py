@@ -82,8 +82,8 @@ def start_choreo(args):
 def start_llama(args):
     port = free_port()
     proc, _ = start([str(args.llama_server), "-m", args.model, "--host", "127.0.0.1", "--port", str(port),
-                     "-t", str(args.threads), "-np", "4", "-c", str(4 * 2048), "--no-webui"],
-                    "server is listening")
+                     "-t", str(args.threads), "-np", "4", "-c", str(4 * 2048), "--no-ui"],
+                    "listening on http")
     drain(proc)
     return proc, f"http://127.0.0.1:{port}", "model"
 
@@ -132,11 +132,15 @@ def run_once(args, which, workflow):
     import openai
     proc, url, model = start_choreo(args) if which == "choreo" else start_llama(args)
     try:
-        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         steps = {}
-        t0 = time.perf_counter()
-        asyncio.run((madpar if workflow == "madpar" else tot)(client, model, args.n, steps))
-        return time.perf_counter() - t0, steps
+
+        async def go():
+            async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0) as client:
+                t0 = time.perf_counter()
+                await (madpar if workflow == "madpar" else tot)(client, model, args.n, steps)
+                return time.perf_counter() - t0
+
+        return asyncio.run(go()), steps
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -147,7 +147,10 @@ void reject_extensions(const json& body) {
               "unsupported_extension");
 }
 
-void parse_chat_messages(const json& body, ApiRequest& r) {
+/// Calls `each(message, param, content)` for every message of the body's `messages` list, after checking what
+/// both APIs ask of it: a non-empty list of objects, each with content, none a choreo extension.
+template <typename F>
+void for_each_message(const json& body, F each) {
   const json* messages = field(body, "messages");
   if (!messages) throw bad("messages", "'messages' is required", "missing_required_parameter");
   if (!messages->is_array() || messages->empty()) throw bad("messages", "'messages' must be a non-empty list", "invalid_type");
@@ -159,8 +162,14 @@ void parse_chat_messages(const json& body, ApiRequest& r) {
     reject_extensions(m);
     const json* content = field(m, "content");
     if (!content) throw bad(param + ".content", fmt::format("'{}.content' is required", param), "missing_required_parameter");
-    r.messages.push_back({role_of(m, param, true), content_text(*content, param + ".content")});
+    each(m, param, *content);
   }
+}
+
+void parse_chat_messages(const json& body, ApiRequest& r) {
+  for_each_message(body, [&](const json& m, const std::string& param, const json& content) {
+    r.messages.push_back({role_of(m, param, true), content_text(content, param + ".content")});
+  });
 }
 
 /// What chat completions and completions share: choices, stop strings, streaming.
@@ -246,19 +255,10 @@ void parse_messages(const json& body, ApiRequest& r) {
     if (!system->is_string() && !system->is_array()) throw bad("system", "'system' must be a string or a list of text blocks", "invalid_type");
     r.messages.push_back({"system", anthropic_content(*system, "system", r, 1)});
   }
-  const json* messages = field(body, "messages");
-  if (!messages) throw bad("messages", "'messages' is required", "missing_required_parameter");
-  if (!messages->is_array() || messages->empty()) throw bad("messages", "'messages' must be a non-empty list", "invalid_type");
-  for (size_t i = 0; i < messages->size(); ++i) {
-    const json& m = (*messages)[i];
-    const std::string param = fmt::format("messages[{}]", i);
-    if (!m.is_object()) throw bad(param, fmt::format("'{}' must be an object", param), "invalid_type");
-    reject_extensions(m);
-    const json* content = field(m, "content");
-    if (!content) throw bad(param + ".content", fmt::format("'{}.content' is required", param), "missing_required_parameter");
+  for_each_message(body, [&](const json& m, const std::string& param, const json& content) {
     const std::string role = role_of(m, param, false);
-    r.messages.push_back({role, anthropic_content(*content, param + ".content", r, int(r.messages.size()) + 1)});
-  }
+    r.messages.push_back({role, anthropic_content(content, param + ".content", r, int(r.messages.size()) + 1)});
+  });
   // A request-level cache_control caches the whole prompt (up to its last message).
   if (const std::chrono::seconds ttl = cache_ttl(body, "request"); ttl.count() > 0) {
     r.keep_for = std::max(r.keep_for, ttl);
