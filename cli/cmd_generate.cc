@@ -36,11 +36,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void run_generate(const GenerateOptions& o) {
-  const std::shared_ptr<runtime::LoadedModels> loaded = runtime::load_models(o.engine.model_options());
-  const model::Model& m = loaded->model();
-  const model::Vocab& vocab = m.vocab();
-
+/// The prompt's tokens: -p as given, or with --chat in the model's chat template (after --system).
+std::vector<model::Token> prompt_tokens(const GenerateOptions& o, const model::Model& m) {
   std::string text = o.prompt;
   if (o.chat) {
     if (m.chat_format() == model::ChatFormat::None)
@@ -51,8 +48,16 @@ void run_generate(const GenerateOptions& o) {
     msgs.push_back({"user", o.prompt});
     text = model::render_chat(m.chat_format(), msgs, true);
   }
-  std::vector<model::Token> tokens = vocab.tokenize(text, !o.no_bos, /*parse_special=*/true);
+  std::vector<model::Token> tokens = m.vocab().tokenize(text, !o.no_bos, /*parse_special=*/true);
   if (tokens.empty()) throw InputError("the prompt is empty", "pass some text with -p");
+  return tokens;
+}
+
+void run_generate(const GenerateOptions& o) {
+  const std::shared_ptr<runtime::LoadedModels> loaded = runtime::load_models(o.engine.model_options());
+  const model::Model& m = loaded->model();
+  const model::Vocab& vocab = m.vocab();
+  const std::vector<model::Token> tokens = prompt_tokens(o, m);
 
   kv::PagePool pool(m.backend(), o.engine.kv_layout(m), o.engine.t0_bytes());
   model::Session session(m, pool);

@@ -69,7 +69,7 @@ struct SynthLoraOptions {
 };
 
 void run_synth_lora(SynthLoraOptions o) {
-  if (!o.layers.empty()) std::tie(o.spec.first_layer, o.spec.end_layer) = parse_layer_range(o.layers, "--layers");
+  if (!o.layers.empty()) std::tie(o.spec.first_layer, o.spec.end_layer) = model::parse_layer_range(o.layers, "--layers");
   o.spec.targets = model::parse_lora_targets(o.targets);
   runtime::ModelOptions options;
   options.path = o.model_path;

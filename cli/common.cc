@@ -1,6 +1,5 @@
 #include "cli/common.h"
 
-#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -60,27 +59,6 @@ CLI::Validator at_least(long min) {
         return {};
       },
       fmt::format("INT>={}", min));
-}
-
-std::pair<int, int> parse_layer_range(const std::string& text, std::string_view flag, int n_layers) {
-  const auto bad = [&] {
-    return InputError(fmt::format("{} '{}' is not FIRST-LAST or one layer", flag, text),
-                      fmt::format("e.g. {} 10-14 (both included)", flag));
-  };
-  const auto number = [&](std::string_view part) {
-    int v = -1;
-    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
-    if (part.empty() || ec != std::errc() || end != part.data() + part.size() || v < 0) throw bad();
-    return v;
-  };
-  const std::string_view all = text;
-  const size_t dash = all.find('-');
-  const int first = number(all.substr(0, dash));
-  const int last = dash == std::string_view::npos ? first : number(all.substr(dash + 1));
-  if (last < first) throw bad();
-  if (n_layers > 0 && last >= n_layers)
-    throw InputError(fmt::format("{} {}: the model has layers 0-{}", flag, text, n_layers - 1));
-  return {first, last + 1};
 }
 
 void add_max_steps_option(CLI::App& cmd, int64_t& max_steps) {

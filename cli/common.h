@@ -38,10 +38,6 @@ void add_pairs_option(CLI::App& cmd, const std::string& name, std::vector<std::s
 /// PositiveNumber print the whole range of a double).
 CLI::Validator at_least(long min);
 
-/// `--layers FIRST-LAST` (inclusive) or `--layers N` as the half-open range [first, last + 1) (InputError
-/// otherwise, naming `flag`); `n_layers` > 0 also refuses layers the model does not have.
-std::pair<int, int> parse_layer_range(const std::string& text, std::string_view flag, int n_layers = 0);
-
 /// Adds `--max-steps` (the work bound of a workflow run or check: loop iterations and calls, dsl/budget.h).
 void add_max_steps_option(CLI::App& cmd, int64_t& max_steps);
 

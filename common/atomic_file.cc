@@ -202,9 +202,9 @@ int open_for_append(const std::string& path, std::string_view flag) {
   return fd;
 }
 
-void check_writable(const std::string& path, std::string_view flag) {
+bool check_writable(const std::string& path, std::string_view flag) {
   const OutputTarget t = resolve_output(path, flag);
-  if (t.in_place) return;
+  if (t.in_place) return true;
   fs::path dir = fs::path(t.path).parent_path();
   if (dir.empty()) dir = ".";
   std::error_code ec;
@@ -214,6 +214,7 @@ void check_writable(const std::string& path, std::string_view flag) {
   if (::access(dir.c_str(), W_OK) != 0)
     throw InputError(fmt::format("{} {}: directory '{}' is not writable", flag, path, dir.string()),
                      "choose a path in a writable directory");
+  return false;
 }
 
 }  // namespace choreo

@@ -59,8 +59,8 @@ int open_for_append(const std::string& path, std::string_view flag);
 
 /// Throws InputError (exit 2) when `path` cannot be created: its directory is missing or not writable, or
 /// the path is refused by the rules above. Commands call this before doing any work, so a typo in an output
-/// path costs nothing.
-void check_writable(const std::string& path, std::string_view flag);
+/// path costs nothing. Returns true when `path` is written in place (a FIFO or character device).
+bool check_writable(const std::string& path, std::string_view flag);
 
 /// write(2) until all of `content` is written, retrying on EINTR. False on an error (errno set).
 bool write_all(int fd, std::string_view content);

@@ -112,6 +112,8 @@ struct KvLayout {
 
 /// Parses a KV cache type as llama.cpp's -ctk/-ctv name them: "f32", "f16" or "q8_0"; throws InputError.
 DType parse_kv_type(std::string_view name);
+/// The name parse_kv_type reads back ("f32", "f16", "q8_0"); other types by their ggml name.
+std::string_view kv_type_name(DType t);
 
 /// A run of cached tokens visible to some queries: the tokens live in `pages` (in order), their keys were
 /// rotated at their encoded positions, and they are logically placed `delta` positions later.

@@ -13,6 +13,8 @@ namespace {
 
 bool storable(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::Q8_0; }
 
+}  // namespace
+
 std::string_view kv_type_name(DType t) {
   switch (t) {
     case DType::F32: return "f32";
@@ -21,8 +23,6 @@ std::string_view kv_type_name(DType t) {
     default: return type_traits(t).name;
   }
 }
-
-}  // namespace
 
 DType parse_kv_type(std::string_view name) {
   if (name == "f32") return DType::F32;

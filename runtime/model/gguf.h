@@ -116,7 +116,7 @@ class File {
 };
 
 /// Builds a GGUF v3 file: metadata in insertion order, tensors aligned to `alignment`.
-/// Writes crash-safely (temporary file, fsync, rename).
+/// Writes crash-safely (temporary file, fsync, rename), or a FIFO or character device in place.
 class Writer {
  public:
   explicit Writer(size_t alignment = 32) : alignment_(alignment) {}

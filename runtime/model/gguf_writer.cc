@@ -320,6 +320,37 @@ Layout make_layout(const std::vector<std::pair<std::string, Value>>& kv, size_t 
   return layout;
 }
 
+/// A FIFO or character device is written in place, in file order, one tensor in memory at a time (it
+/// cannot be mapped or replaced).
+void write_in_place(const std::string& path, const Layout& layout, const auto& tensors) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) io_failure("opening", path, errno);
+  const auto put = [&](std::span<const uint8_t> bytes) {
+    if (!write_all(fd, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()))) {
+      const int err = errno;
+      ::close(fd);
+      io_failure("write failed", path, err);
+    }
+  };
+  put(layout.header);
+  size_t at = layout.header.size();
+  std::vector<uint8_t> buffer;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    buffer.assign(layout.tensor_start[i] - at, 0);  // the alignment padding before the tensor
+    put(buffer);
+    buffer.assign(layout.tensor_bytes[i], 0);
+    try {
+      tensors[i].fill(buffer);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    put(buffer);
+    at = layout.tensor_start[i] + layout.tensor_bytes[i];
+  }
+  if (::close(fd) != 0) io_failure("write failed", path, errno);
+}
+
 }  // namespace
 
 std::vector<uint8_t> Writer::to_bytes() const {
@@ -334,9 +365,10 @@ std::vector<uint8_t> Writer::to_bytes() const {
 
 void Writer::write(const std::string& output) const {
   Layout layout = make_layout(kv_, alignment_, tensors_);
-  // The file is written beside its final place and renamed there: a symlink's target is replaced, and a
-  // device or other non-regular file is refused (renaming over /dev/null would replace the device).
-  check_writable(output, "-o");  // a missing or read-only directory is the user's to fix (exit 2)
+  // A missing or read-only directory is the user's to fix (exit 2). A FIFO or character device is written in
+  // place (docs/limits.md, "Output files"); a file is written beside its final place and renamed there, so a
+  // symlink's target is replaced.
+  if (check_writable(output, "-o")) return write_in_place(output, layout, tensors_);
   const std::string path = rename_target(output, "-o");
   TemporaryFile temp(path, /*read_write=*/true);  // mapped below, so opened for reading too
   // Reserve the space up front: running out of disk later, inside a mapping, would be a SIGBUS.

@@ -1,5 +1,6 @@
 #include "runtime/model/synth_lora.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstring>
 
@@ -31,6 +32,27 @@ std::vector<uint8_t> random_f32(uint64_t seed, int64_t row_elements, int64_t row
 }
 
 }  // namespace
+
+std::pair<int, int> parse_layer_range(const std::string& text, std::string_view flag, int n_layers) {
+  const auto bad = [&] {
+    return InputError(fmt::format("{} '{}' is not FIRST-LAST or one layer", flag, text),
+                      fmt::format("e.g. {} 10-14 (both included)", flag));
+  };
+  const auto number = [&](std::string_view part) {
+    int v = -1;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+    if (part.empty() || ec != std::errc() || end != part.data() + part.size() || v < 0) throw bad();
+    return v;
+  };
+  const std::string_view all = text;
+  const size_t dash = all.find('-');
+  const int first = number(all.substr(0, dash));
+  const int last = dash == std::string_view::npos ? first : number(all.substr(dash + 1));
+  if (last < first) throw bad();
+  if (n_layers > 0 && last >= n_layers)
+    throw InputError(fmt::format("{} {}: the model has layers 0-{}", flag, text, n_layers - 1));
+  return {first, last + 1};
+}
 
 std::vector<LoraTarget> parse_lora_targets(const std::string& list) {
   std::vector<LoraTarget> out;

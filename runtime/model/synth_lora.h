@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runtime/model/lora.h"
@@ -29,6 +31,11 @@ struct SynthLoraSpec {
 
 /// Parses "q,k,v,o,gate,up,down" (any subset, in any order); InputError naming the bad name.
 std::vector<LoraTarget> parse_lora_targets(const std::string& list);
+
+/// `--layers FIRST-LAST` (inclusive) or `--layers N`, the adapted layers, as the half-open range
+/// [first, last + 1) (InputError otherwise, naming `flag`); `n_layers` > 0 also refuses layers the model does
+/// not have.
+std::pair<int, int> parse_layer_range(const std::string& text, std::string_view flag, int n_layers = 0);
 
 /// Writes the adapter to `path` (crash-safe), F32 pairs for every adapted weight of `base`. InputError for
 /// layers outside the model, a rank below 1 or above the smaller dimension, or no targets.

@@ -1,15 +1,27 @@
 #include "runtime/train/checkpoint.h"
 
-#include <cstring>
-
 #include <fmt/format.h>
+#include <xxhash.h>
 
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "runtime/model/gguf.h"
 
 namespace choreo::train {
 
 namespace {
+
+constexpr std::string_view kType = "choreo.finetune.checkpoint";
+constexpr std::string_view kChecksumKey = "finetune.checksum";
+constexpr size_t kChecksumDigits = 16;
+/// The checksum is the first metadata value, so its digits sit at a fixed offset: after GGUF's header (magic,
+/// version, tensor and metadata counts: 4 + 4 + 8 + 8 bytes), the key (its length, 8 bytes, then its
+/// characters), the value's type (4 bytes) and the string's length (8 bytes).
+constexpr size_t kChecksumAt = 24 + 8 + kChecksumKey.size() + 4 + 8;
 
 std::vector<uint8_t> bytes_of(const std::vector<float>& v) {
   std::vector<uint8_t> out(v.size() * sizeof(float));
@@ -19,6 +31,65 @@ std::vector<uint8_t> bytes_of(const std::vector<float>& v) {
 
 std::string hex(uint64_t v) { return fmt::format("{:016x}", v); }
 
+/// XXH3 of every byte of the file but the checksum's digits.
+std::string checksum_of(std::span<const uint8_t> file) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  XXH3_64bits_update(state, file.data(), kChecksumAt);
+  XXH3_64bits_update(state, file.data() + kChecksumAt + kChecksumDigits,
+                     file.size() - kChecksumAt - kChecksumDigits);
+  const uint64_t h = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return hex(h);
+}
+
+/// A setting the checkpoint records: its metadata key, how the command line names it, its value as text.
+struct Setting {
+  const char* key;
+  const char* flag;
+  std::string value;
+};
+
+std::vector<Setting> settings_of(const CheckpointKey& k) {
+  return {{"finetune.rank", "--rank", std::to_string(k.rank)},
+          {"finetune.alpha", "--alpha", fmt::format("{}", k.alpha)},
+          {"finetune.targets", "--targets", k.targets},
+          {"finetune.layers", "--layers", k.layers.empty() ? "all" : k.layers},
+          {"finetune.seed", "--seed", std::to_string(k.seed)},
+          {"finetune.lr", "--lr", fmt::format("{}", k.lr)},
+          {"finetune.accumulate", "--accumulate", std::to_string(k.accumulate)},
+          {"finetune.val", "--val", fmt::format("{}", k.val)},
+          {"finetune.traces_xxh3", "traces of XXH3", hex(k.traces_xxh3)},
+          {"finetune.model_fingerprint", "a model of fingerprint", hex(k.model_fingerprint)}};
+}
+
+/// InputError unless the file's first metadata value is a checksum that matches its bytes.
+void check_checksum(const gguf::File& f, const std::string& path) {
+  const auto& first = f.metadata().front();  // (a checkpoint has its type, so at least one value)
+  const std::span<const uint8_t> bytes = f.bytes();
+  if (first.first != kChecksumKey || first.second.type != gguf::ValueType::STRING ||
+      std::get<std::string>(first.second.scalar).size() != kChecksumDigits)
+    throw InputError(fmt::format("{}: the checkpoint has no checksum (an older choreo wrote it)", path),
+                     "start again without --resume");
+  const std::string_view saved(reinterpret_cast<const char*>(bytes.data()) + kChecksumAt, kChecksumDigits);
+  if (saved != checksum_of(bytes))
+    throw InputError(
+        fmt::format("{}: the checkpoint is damaged: its checksum does not match its bytes", path),
+        "start again without --resume");
+}
+
+void check_settings(const gguf::File& f, const std::string& path, const CheckpointKey& key) {
+  for (const Setting& s : settings_of(key)) {
+    const std::string saved = f.get_string(s.key, "(none)");
+    if (saved != s.value)
+      throw InputError(
+          fmt::format("{}: the checkpoint was written with {} {}; this run has {} {}", path, s.flag, saved,
+                      s.flag, s.value),
+          "resume with the settings, traces and model that started the run, or start again without "
+          "--resume");
+  }
+}
+
 }  // namespace
 
 std::string checkpoint_path(const std::string& adapter_path) { return adapter_path + ".ckpt"; }
@@ -26,14 +97,9 @@ std::string checkpoint_path(const std::string& adapter_path) { return adapter_pa
 void write_checkpoint(const std::string& path, const CheckpointKey& key, const LoraParams<float>& lora,
                       TrainState& state) {
   gguf::Writer w;
-  w.set_string("general.type", "choreo.finetune.checkpoint");
-  w.set_i32("finetune.rank", key.rank);
-  w.set_f32("finetune.alpha", key.alpha);
-  w.set_string("finetune.targets", key.targets);
-  w.set_string("finetune.layers", key.layers);
-  w.set_string("finetune.seed", hex(key.seed));
-  w.set_string("finetune.traces_xxh3", hex(key.traces_xxh3));
-  w.set_string("finetune.model_fingerprint", hex(key.model_fingerprint));
+  w.set_string(std::string(kChecksumKey), std::string(kChecksumDigits, '0'));  // first: filled in below
+  w.set_string("general.type", std::string(kType));
+  for (const Setting& s : settings_of(key)) w.set_string(s.key, s.value);
   w.set_i32("finetune.epochs_done", state.epochs_done);
   w.set_string("finetune.adam_steps", std::to_string(state.adam.steps()));
   std::vector<float> values;
@@ -42,30 +108,27 @@ void write_checkpoint(const std::string& path, const CheckpointKey& key, const L
   w.add_tensor("lora", {n}, kernels::DType::F32, bytes_of(values));
   w.add_tensor("adam.m", {n}, kernels::DType::F32, bytes_of(state.adam.m()));
   w.add_tensor("adam.v", {n}, kernels::DType::F32, bytes_of(state.adam.v()));
-  w.write(path);
+  std::vector<uint8_t> file = w.to_bytes();
+  const std::string checksum = checksum_of(file);
+  std::memcpy(file.data() + kChecksumAt, checksum.data(), kChecksumDigits);
+  rename_target(path, "checkpoint");  // refuses a device or FIFO: --resume reads the file back
+  write_file_atomically(path, std::string_view(reinterpret_cast<const char*>(file.data()), file.size()));
 }
 
-void read_checkpoint(const std::string& path, const CheckpointKey& key, LoraParams<float>& lora, TrainState& state) {
+void read_checkpoint(const std::string& path, const CheckpointKey& key, LoraParams<float>& lora,
+                     TrainState& state) {
   const gguf::File f = gguf::File::open(path);
-  const auto mismatch = [&](const std::string& what) {
-    return InputError(fmt::format("{}: the checkpoint was written {}", path, what),
-                      "resume with the settings, traces and model that started the run, or start again without --resume");
-  };
-  if (f.get_string("general.type", "") != "choreo.finetune.checkpoint")
+  if (f.get_string("general.type", "") != kType)
     throw InputError(fmt::format("{}: not a choreo finetune checkpoint", path));
-  if (f.get_int("finetune.rank", -1) != key.rank || float(f.get_float("finetune.alpha", -1)) != key.alpha ||
-      f.get_string("finetune.targets", "") != key.targets || f.get_string("finetune.layers", "") != key.layers)
-    throw mismatch("with another --rank, --alpha, --targets or --layers");
-  if (f.get_string("finetune.seed", "") != hex(key.seed)) throw mismatch("with another --seed");
-  if (f.get_string("finetune.traces_xxh3", "") != hex(key.traces_xxh3)) throw mismatch("for another traces file");
-  if (f.get_string("finetune.model_fingerprint", "") != hex(key.model_fingerprint))
-    throw mismatch("for another model");
+  check_checksum(f, path);
+  check_settings(f, path, key);
   const std::vector<float*> values = lora.values();
   const auto tensor = [&](const char* name) {
     const gguf::TensorInfo* t = f.tensor(name);
     if (!t || t->type != kernels::DType::F32 || t->n_elements() != int64_t(values.size()))
-      throw InputError(fmt::format("{}: the checkpoint's {} is missing or has another size than the {} LoRA values",
-                                   path, name, values.size()));
+      throw InputError(
+          fmt::format("{}: the checkpoint's {} is missing or has another size than the {} LoRA values", path,
+                      name, values.size()));
     std::vector<float> out(values.size());
     if (!out.empty()) std::memcpy(out.data(), t->data, out.size() * sizeof(float));
     return out;
@@ -81,7 +144,8 @@ void read_checkpoint(const std::string& path, const CheckpointKey& key, LoraPara
     throw InputError(fmt::format("{}: the checkpoint's step count is not a number", path));
   }
   state.epochs_done = int(f.get_int("finetune.epochs_done", 0));
-  if (state.epochs_done < 0) throw InputError(fmt::format("{}: the checkpoint's epoch count is negative", path));
+  if (state.epochs_done < 0)
+    throw InputError(fmt::format("{}: the checkpoint's epoch count is negative", path));
 }
 
 }  // namespace choreo::train

@@ -3,10 +3,14 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
+#include "common/clock.h"
 #include "common/error.h"
+#include "dsl/workflow_parser.h"
 #include "runtime/eval/results.h"
 #include "runtime/exec/interpreter.h"
 
@@ -169,6 +173,70 @@ std::vector<GraphMessage> trace_messages(const dsl::Workflow& workflow, runtime:
       if (k > 0) g.targets[k - 1] = g.tokens[k];
   }
   return out;
+}
+
+SampleTracesReport sample_traces(const SampleTracesOptions& o) {
+  if (!(o.temperature >= 0.0f) || !std::isfinite(o.temperature))
+    throw InputError(fmt::format("--temperature {} is not a finite number of at least 0", o.temperature));
+  const dsl::Workflow workflow = load_single_model_workflow(o.workflow_path);
+  std::vector<exec::InputRow> rows = exec::read_input_rows(o.inputs_path, workflow, o.shared);
+  if (o.limit >= 0 && size_t(o.limit) < rows.size()) rows.resize(size_t(o.limit));
+  std::vector<exec::InputRow> mine;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (eval::in_shard(i, o.shard)) mine.push_back(rows[i]);
+  // Resuming: rows already in the output are skipped (a torn last line is cut off and sampled again).
+  std::set<int> done;
+  for (const nlohmann::json& v : eval::read_json_lines(o.out_path, "traces file").values)
+    if (v.is_object() && v.contains("line") && v["line"].is_number_integer()) done.insert(v["line"].get<int>());
+  const std::shared_ptr<runtime::LoadedModels> loaded = runtime::load_models(o.models);
+  eval::LineAppender out(o.out_path, "-o");
+  SampleTracesReport report;
+  report.n_rows = mine.size();
+  const double start = steady_ms();
+  for (const exec::InputRow& row : mine) {
+    if (done.contains(row.line)) {
+      ++report.skipped;
+      continue;
+    }
+    SampledRow sampled{row.line, 0, mine.size()};
+    // The paper's baseline: every call a plain prefix-cached chat call.
+    const std::unique_ptr<runtime::OpenedEngine> opened = open_scratch_engine(loaded, runtime::Mode::Prefix);
+    std::optional<Trace> trace;
+    std::optional<InputError> error;
+    try {
+      trace = sample_trace(workflow, opened->engine(), row, o.temperature, o.seed);
+    } catch (const InputError& e) {
+      // As eval does: the row's error, then the other rows; nothing is written for it, so a rerun retries it.
+      ++report.failed;
+      error = e;
+      sampled.error = &*error;
+    }
+    if (trace) {
+      out.append(trace_json(*trace).dump() + "\n");
+      ++report.written;
+      sampled.trace = &*trace;
+    }
+    sampled.done = report.written + report.skipped + report.failed;
+    sampled.seconds = (steady_ms() - start) / 1000.0;
+    if (o.on_row) o.on_row(sampled);
+  }
+  return report;
+}
+
+dsl::Workflow load_single_model_workflow(const std::string& path) {
+  dsl::Workflow w = dsl::load_workflow(path);
+  if (!w.models.empty())
+    throw InputError(fmt::format("{}: choreo finetune trains workflows on one model; this one declares models:", path),
+                     "remove `models:` and `model:` (the adapter trained is the model every call runs with)");
+  return w;
+}
+
+std::unique_ptr<runtime::OpenedEngine> open_scratch_engine(std::shared_ptr<const runtime::LoadedModels> models,
+                                                           runtime::Mode mode) {
+  runtime::EngineOptions options;
+  options.mode = mode;
+  options.t0_bytes = kv::budget_within_device(*models->backend, size_t(2048) << 20);
+  return runtime::open_engine(std::move(models), options);
 }
 
 }  // namespace choreo::train

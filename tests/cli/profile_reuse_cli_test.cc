@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/cli_process.h"
+#include "tests/runtime/reuse_data.h"
 #include "tests/scratch_dir.h"
 #include "tests/test_paths.h"
 
@@ -28,18 +29,6 @@ std::string slurp(const fs::path& p) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-void write_data(const fs::path& path) {
-  json items = json::array();
-  const char* rows[][4] = {
-      {"Lily's ball", "Lily had a red ball. She liked to play with it in the park every day.", "What colour was the ball?", "red"},
-      {"The cat", "Tom had a small cat named Max. Max liked to sleep in the sun by the window.", "What was the cat's name?", "Max"},
-      {"The boat", "Sam and his dad made a boat. They put the boat on the lake and it went fast.", "Where did the boat go?", "the lake"},
-  };
-  for (const auto& r : rows)
-    items.push_back({{"ctxs", {{{"title", r[0]}, {"text", r[1]}}}}, {"question", r[2]}, {"answers", {r[3]}}});
-  std::ofstream(path) << items.dump(1);
 }
 
 std::string workflow(const std::string& adapter, const std::string& reuse) {
@@ -63,7 +52,7 @@ TEST_CASE("choreo profile reuse: sweep, plan file, resume, and a workflow readin
       scratch.path);
   REQUIRE_MESSAGE(synth.exit_code == 0, synth.err);
   const fs::path data = scratch.path / "data.json";
-  write_data(data);
+  testing::write_reuse_data(data.string());
   const fs::path out = scratch.path / "out";
   const std::vector<std::string> args{"profile", "reuse", "-m", model, "--receiver", adapter.string(),
                                       "--data", data.string(), "-o", out.string(), "--split", "67",
@@ -162,7 +151,7 @@ TEST_CASE("choreo profile reuse: bad flags exit 2 before anything runs") {
   const std::string model = testing::shared_file("models/stories260K.gguf");
   testing::ScratchDir scratch;
   const fs::path data = scratch.path / "data.json";
-  write_data(data);
+  testing::write_reuse_data(data.string());
   const auto run = [&](std::vector<std::string> extra) {
     std::vector<std::string> args{"profile", "reuse", "-m", model, "--data", data.string(), "-o",
                                   (scratch.path / "out").string()};

@@ -11,9 +11,11 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "kernels/dtype.h"
 #include "runtime/eval/merge.h"
 #include "runtime/eval/results.h"
 #include "runtime/model/gguf.h"
@@ -70,13 +72,25 @@ TEST_CASE("atomic writes: a FIFO is written in place and stays a FIFO, a directo
   CHECK(fs::is_empty(dir));
 }
 
-TEST_CASE("the GGUF writer refuses a FIFO and a directory, and writes through a symlink") {
+TEST_CASE("the GGUF writer writes a FIFO in place, refuses a directory, and writes through a symlink") {
   Scratch s;
   gguf::Writer w;
   w.set_string("general.architecture", "llama");
+  // Two tensors, so that the stream carries the alignment padding before each.
+  w.add_tensor("a", {3}, kernels::DType::F32, std::vector<uint8_t>(12, 0xab));
+  w.add_tensor("b", {5}, kernels::DType::F32, std::vector<uint8_t>(20, 0xcd));
+  const std::vector<uint8_t> bytes = w.to_bytes();
   const fs::path fifo = s.path / "pipe";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
-  CHECK_THROWS_AS(w.write(fifo.string()), InputError);
+  // As above: the read end first, without blocking; the file fits the pipe's buffer.
+  const int read_end = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  REQUIRE(read_end >= 0);
+  w.write(fifo.string());
+  std::vector<uint8_t> received(bytes.size() + 64);
+  const ssize_t n = ::read(read_end, received.data(), received.size());
+  ::close(read_end);
+  received.resize(n > 0 ? size_t(n) : 0);
+  CHECK(received == bytes);  // what a file would hold
   CHECK(fs::is_fifo(fs::status(fifo)));
   CHECK_THROWS_AS(w.write(s.path.string()), InputError);
   const fs::path real = s.path / "m.gguf", link = s.path / "link.gguf";

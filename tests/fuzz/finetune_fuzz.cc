@@ -34,7 +34,7 @@ namespace {
 
 using namespace choreo;
 
-const train::CheckpointKey kKey{4, 8.0f, "q,v,down", 7, 0x1234, 0};
+const train::CheckpointKey kKey{.rank = 4, .alpha = 8.0f, .targets = "q,v,down", .seed = 7, .lr = 1e-4, .traces_xxh3 = 0x1234};
 
 struct Setup {
   std::unique_ptr<kernels::Backend> backend = kernels::make_cpu_backend(1);

@@ -32,25 +32,15 @@
 #include "tests/scratch_dir.h"
 #include "tests/test_models.h"
 #include "tests/test_paths.h"
+#include "tests/train/toy_traces.h"
 #include "tests/train/train_workflows.h"
 
 namespace choreo {
 namespace {
 
-constexpr const char* kWorkflow = R"Y(name: toy
-inputs:
-  name: string
-messages:
-  story: {text: "{{ name }} went to the park."}
-steps:
-  - decode: {as: next, parents: [story], header: " Then", max_tokens: 10, temperature: 0}
-output: "{{ next }}"
-)Y";
-
-const char* kNames[] = {"Tom", "Lily", "Ben", "Sue", "Max", "Mia", "Sam", "Amy", "Tim", "Kim", "Dan", "Ann"};
-/// Ten stories260K tokens. (The story's end is not part of it: stories260K never learned to emit EOS, whose
-/// output row is untrained, so a frozen output projection cannot make it likely.)
-constexpr const char* kContinuation = " she saw a big red dog.";
+constexpr const char* kWorkflow = testing::kToyWorkflow;
+constexpr const char* kContinuation = testing::kToyContinuation;
+const auto& kNames = testing::kToyNames;
 
 /// What `choreo run` printed as the workflow's output.
 std::string output_of(const std::string& out) {
@@ -74,20 +64,8 @@ struct Toy {
   }
   /// Traces in which every row's decode generated the continuation.
   std::string fixed_traces(const std::string& name, const std::function<void(nlohmann::json&)>& edit = {}) const {
-    const model::Model& m = *testing::stories260k().model;
-    const std::vector<int32_t> tokens = m.vocab().tokenize(kContinuation, false);
-    REQUIRE(tokens.size() == 10);
     const std::string path = (dir.path / name).string();
-    std::ofstream out(path);
-    for (size_t i = 0; i < std::size(kNames); ++i) {
-      nlohmann::json t = {{"line", i + 1},
-                          {"inputs", {{"name", kNames[i]}}},
-                          {"params", nlohmann::json::object()},
-                          {"max_steps", 100000},
-                          {"calls", {{{"name", "next"}, {"generated", tokens}}}}};
-      if (edit) edit(t);
-      out << t.dump() << "\n";
-    }
+    testing::write_fixed_traces(path, edit);
     return path;
   }
 };
@@ -270,7 +248,7 @@ TEST_CASE("finetune train: a run stopped after an epoch and resumed writes the a
   // A checkpoint of other settings is refused; so is --resume with none.
   const testing::ProcessResult other = train(parts, "3", {"--resume"}, "3");
   CHECK(other.exit_code == 2);
-  CHECK(other.err.find("another --rank") != std::string::npos);
+  CHECK(other.err.find("--rank 2; this run has --rank 3") != std::string::npos);
   const testing::ProcessResult none = train((toy.dir.path / "none.gguf").string(), "3", {"--resume"});
   CHECK(none.exit_code == 2);
   CHECK(none.err.find("no checkpoint") != std::string::npos);
