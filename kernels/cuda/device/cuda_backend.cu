@@ -28,7 +28,7 @@
 #include <optional>
 #include <string>
 
-#include "kernels/cuda/backend_core.h"
+#include "kernels/cuda/backend.cuh"
 #include "kernels/cuda/backend_errors.h"
 #include "kernels/cuda/device/cuda_backend.h"
 #include "kernels/cuda/device/gemm_lt.h"
