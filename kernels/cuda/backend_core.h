@@ -167,6 +167,10 @@ class CoreBackend final : public choreo::kernels::Backend {
   Completion copy_from_host(const void* src, PageId dst, ByteRange range) override;
   Completion copy_pages_to_host(std::span<const PageId> pages, ByteRange range, void* dst) override;
   Completion copy_pages_from_host(const void* src, std::span<const PageId> pages, ByteRange range) override;
+  /// The copies (one device copy per page of `to` that is not its `from` page), then one launch of
+  /// rerotate_keys (kernels/cuda/kernels/rerotate.cuh) over (token, layer), in place on `to`.
+  void rerotate_keys(const KvLayout& kv, std::span<const PageId> from, std::span<const PageId> to, int n_tokens,
+                     int delta, const choreo::kernels::RopeParams& rope) override;
 
   // ---- Attention (attention_backend.cuh) ----
   void store_kv(const KvLayout& kv, int layer, std::span<const PageId> pages, std::span<const int32_t> slots,

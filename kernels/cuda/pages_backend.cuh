@@ -1,12 +1,14 @@
 #pragma once
 // The CUDA backend's KV pages (tier 0): page arenas (one device allocation per page size, indexed by page
-// number, grown by doubling so that page ids never change), single-page copies, and the batched tier copies
-// (gather and scatter, kernels/cuda/kernels/pages.cuh) through transfer buffers and pinned staging.
+// number, grown by doubling so that page ids never change), single-page copies, key re-rotation
+// (kernels/cuda/kernels/rerotate.cuh), and the batched tier copies (gather and scatter,
+// kernels/cuda/kernels/pages.cuh) through transfer buffers and pinned staging.
 // Part of CoreBackend (kernels/cuda/backend_core.h), the CUDA backend's host logic: compiled by nvcc for a GPU
 // and by the host compiler for the block emulator.
 
 #include "kernels/cuda/backend_core.h"
 #include "kernels/cuda/kernels/pages.cuh"
+#include "kernels/cuda/kernels/rerotate.cuh"
 
 namespace choreo::cuda {
 
@@ -103,6 +105,38 @@ template <class Device>
 auto CoreBackend<Device>::copy_from_host(const void* src, PageId dst, ByteRange range) -> Completion {
   std::lock_guard lock(mutex_);
   return dev_->from_host_async(page_bytes(dst, range), src, range.bytes);
+}
+
+template <class Device>
+void CoreBackend<Device>::rerotate_keys(const KvLayout& kv, std::span<const PageId> from, std::span<const PageId> to,
+                                        int n_tokens, int delta, const choreo::kernels::RopeParams& rope) {
+  choreo::kernels::check_rerotate(kv, from, to, n_tokens);
+  if (to.empty()) return;
+  require_types(kv);
+  // A key row in shared memory: beyond the 48 KiB a launch gets without an opt-in (kv_dim 12,288) not taken.
+  const size_t row_bytes = size_t(kv.kv_dim()) * sizeof(float);
+  if (row_bytes > 48 * 1024)
+    throw_input_error("key re-rotation of " + std::to_string(kv.kv_dim()) + " key values per token is above the CUDA kernel's " +
+                      std::to_string(48 * 1024 / sizeof(float)));
+  std::lock_guard lock(mutex_);
+  Arena& a = arena_for(kv, to[0]);
+  std::vector<int32_t> index(to.size());
+  for (size_t i = 0; i < to.size(); ++i) {
+    arena_for(kv, from[i]);
+    index[i] = int32_t(page_in(a, to[i]));
+  }
+  const ByteRange whole{0, a.page_bytes};
+  for (size_t i = 0; i < to.size(); ++i)
+    if (to[i] != from[i]) dev_->copy(page_bytes(to[i], whole), page_bytes(from[i], whole), whole.bytes);
+  if (n_tokens == 0) return;
+  Staging st(*this);
+  const size_t at_index = st.add(std::span<const int32_t>(index));
+  const std::optional<size_t> at_factors = stage_factors(st, rope);
+  st.commit();
+  cu::launch("rerotate_keys", kernels::rerotate_keys, Dim3(unsigned(n_tokens), unsigned(kv.n_layers)), Dim3(128), row_bytes,
+             dev_->stream(), pool(a), cache_args(kv, 0), st.template get<int32_t>(at_index, index.size()), delta,
+             rope_args(rope), factors(st, rope, at_factors));
+  dev_->launched("rerotate_keys");
 }
 
 // ---- Batched tier copies: page gather / scatter (kernels/cuda/kernels/pages.cuh) ----
