@@ -4,9 +4,10 @@
 // tests/cuda/device_test.cc, through the backend);
 // then measures what the device sustains: HBM traffic of a device-to-device copy and of a read-only kernel, and
 // the fp32 peak of its CUDA cores (the arithmetic of choreo's `linear` kernel), for gpu-bundle/run.sh to set
-// the benchmarks against. Exit 1 on any mismatch or device error, 2 without a device ("no CUDA device", with
-// the driver's reason). Built whenever nvcc is found (CMake CHOREO_CUDA); links no CUDA library but the static
-// runtime, so it starts on a machine without one (scripts/gpu_bundle_check.sh).
+// the benchmarks against. Exit 1 on any mismatch or device error, 2 without a device ("no CUDA device: " and
+// why: no NVIDIA driver, one older than the runtime, no GPU). Built whenever nvcc is found (CMake
+// CHOREO_CUDA); links no CUDA library but the static runtime, so it starts on a machine without one
+// (scripts/gpu_bundle_check.sh).
 
 #include <cuda_runtime.h>
 
@@ -21,6 +22,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device/cuda_backend.h"
 
 namespace {
 
@@ -138,11 +140,8 @@ void measure_bandwidth() {
 }  // namespace
 
 int main() {
-  int devices = 0;
-  const cudaError_t found = cudaGetDeviceCount(&devices);
-  if (found != cudaSuccess || devices == 0) {
-    std::fprintf(stderr, "cuda_selftest: no CUDA device (%s)\n",
-                 found != cudaSuccess ? cudaGetErrorString(found) : "the driver reports none");
+  if (const std::string reason = cuda::no_device_reason(); !reason.empty()) {
+    std::fprintf(stderr, "cuda_selftest: no CUDA device: %s\n", reason.c_str());
     return 2;
   }
   describe_device();
