@@ -255,6 +255,16 @@ class Backend {
   virtual Completion copy_pages_to_host(std::span<const PageId> pages, ByteRange range, void* dst) = 0;
   virtual Completion copy_pages_from_host(const void* src, std::span<const PageId> pages,
                                           ByteRange range) = 0;
+  /// Re-rotates stored keys by `delta` positions: the paper's destructive repositioning (DESIGN.md §2), which
+  /// the engine keeps as a reference path (Repositioning::KeyRerotation) beside virtual repositioning. For each
+  /// of the first n_tokens tokens of the list (token t in slot t % page_tokens of page t / page_tokens), in
+  /// every layer, the key is decoded as KvLayout::read_k decodes it, each KV head rotated as `rope` rotates a
+  /// row at position delta, and encoded again as KvLayout::write_k encodes it, into the same slot of to[i]: the
+  /// bits of that row-by-row sequence, done here in one operation. A page of `to` other than its `from` page
+  /// first becomes a copy of it (every byte: the values, and the slots past n_tokens); to[i] == from[i]
+  /// re-rotates in place. Arguments check_rerotate refuses are std::invalid_argument.
+  virtual void rerotate_keys(const KvLayout& kv, std::span<const PageId> from, std::span<const PageId> to,
+                             int n_tokens, int delta, const RopeParams& rope) = 0;
   /// Softmax attention of q ([n_q, n_heads*head_dim], rotated at each query's own position) over the
   /// segments of each group, for one layer; writes out [n_q, n_heads*head_dim]. A segment with delta != 0 is
   /// attended by rotating the query by -delta (virtual repositioning), never by touching stored keys.
@@ -329,6 +339,26 @@ inline void require_distinct_pages(std::span<const PageId> pages) {
   const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
   if (twice != sorted.end())
     throw std::invalid_argument("a copy to KV pages lists page " + std::to_string(*twice) + " twice");
+}
+
+/// Throws std::invalid_argument unless rerotate_keys's arguments are valid: as many `to` pages as `from` pages,
+/// enough for 0 <= n_tokens; no page twice in `to`; a page of `to` either its own `from` page or none of them
+/// (else one token's keys would be read after another's were written there).
+inline void check_rerotate(const KvLayout& kv, std::span<const PageId> from, std::span<const PageId> to,
+                           int n_tokens) {
+  if (from.size() != to.size())
+    throw std::invalid_argument("rerotate_keys: " + std::to_string(from.size()) + " pages to read but " +
+                                std::to_string(to.size()) + " to write");
+  if (n_tokens < 0 || kv.pages_for(size_t(n_tokens)) > from.size())
+    throw std::invalid_argument("rerotate_keys: " + std::to_string(n_tokens) + " tokens in " +
+                                std::to_string(from.size()) + " pages of " + std::to_string(kv.page_tokens));
+  require_distinct_pages(to);
+  std::vector<PageId> sources(from.begin(), from.end());
+  std::sort(sources.begin(), sources.end());
+  for (size_t i = 0; i < to.size(); ++i)
+    if (to[i] != from[i] && std::binary_search(sources.begin(), sources.end(), to[i]))
+      throw std::invalid_argument("rerotate_keys: page " + std::to_string(to[i]) +
+                                  " is written as a copy of another page and read as a source too");
 }
 
 /// Throws std::invalid_argument unless top_k's arguments are valid: 1 <= k <= n_vocab, n_rows >= 0.

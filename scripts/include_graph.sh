@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Include arrows between choreo's top-level folders, computed from the #include "..." lines.
+# Include arrows between choreo's top-level folders, computed from the #include "..." lines of the C++ and
+# CUDA sources (.cc, .h, .cu, .cuh).
 # A folder is cli, common, dsl, kernels, or runtime/<subfolder>; include/ is the public header.
 # Prints one "from -> to (count)" line per pair of different folders, sorted; count = #include lines.
 # Then "cycle: ..." lines (from tsort) if the folders include each other in a cycle, and exits 1.
@@ -15,7 +16,7 @@ folder() {  # path -> folder name
   esac
 }
 arrows=$(for dir in cli common dsl kernels runtime include; do
-  [ -d "$dir" ] && find "$dir" -type f \( -name '*.cc' -o -name '*.h' \)
+  if [ -d "$dir" ]; then find "$dir" -type f \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \); fi
 done | sort | while read -r file; do
   from=$(folder "$file")
   sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$file" | while read -r inc; do

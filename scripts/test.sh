@@ -33,6 +33,21 @@ printf '\033[1m==> unit, conformance and differential tests\033[0m\n'
 CHOREO_SOURCE_DIR="$ROOT" timeout 1800 "$ROOT/build/choreo_tests"
 step_done "unit, conformance and differential tests"
 
+# The GPU bundle (issue 41, docs/cuda.md): built from this build (about 6 s: strip, ldd, gzip) and run in a bare
+# Debian 12 root by chroot, where it must find every library it needs in itself or glibc, generate with the
+# emulated CUDA backend and say that there is no device (about 2 s). Only where that root is already cached
+# (scripts/gpu_bundle_check.sh makes it once, with debootstrap and the network) and the suite runs as root.
+bare="${CHOREO_BARE_ROOT:-$CACHE/bare-bookworm}"
+if [[ -x "$ROOT/build/cuda_selftest" && $(id -u) == 0 && -f "$bare/.choreo-complete" ]] && command -v debootstrap >/dev/null; then
+  printf '\033[1m==> the GPU bundle in a bare Debian root (%s)\033[0m\n' "$bare"
+  CHOREO_BUNDLE_BUILD="$ROOT/build" scripts/gpu_bundle.sh
+  CHOREO_BARE_ROOT="$bare" scripts/gpu_bundle_check.sh >"$ROOT/build/gpu_bundle_check.md" ||
+    { cat "$ROOT/build/gpu_bundle_check.md"; exit 1; }
+  grep -E '^\| [0-9]+ \|' "$ROOT/build/gpu_bundle_check.md"
+else
+  echo "SKIP: the GPU bundle's check needs nvcc, root, debootstrap and a cached bare root ($bare): run scripts/gpu_bundle_check.sh once"
+fi
+
 # The refactor of issue 10 (one elaborator for check and run) must change no output: the binary of the commit
 # before it is built beside this one and every shipped workflow runs on both (scripts/compare_binaries.sh).
 base=e4f4132

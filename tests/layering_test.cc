@@ -44,6 +44,27 @@ TEST_CASE("layering: the folders include each other without cycles") {
   CHECK(r.out.find("\nruntime/engine -> runtime/store") != std::string::npos);  // not vacuous: the arrows are read
 }
 
+TEST_CASE("layering: the include graph reads CUDA sources (.cu, .cuh) as well as .cc and .h") {
+  // A tree of its own, where only CUDA sources include upwards: the arrows must appear.
+  testing::ScratchDir tree;
+  const auto write = [&](const std::string& file, const std::string& text) {
+    std::filesystem::create_directories((tree.path / file).parent_path());
+    std::ofstream(tree.path / file) << text;
+  };
+  write("kernels/cuda/a.cu", "#include \"kernels/backend.h\"\n#include \"runtime/engine/engine.h\"\n");
+  write("kernels/cuda/kernels/b.cuh", "  #  include \"dsl/ast.h\"\n");
+  write("kernels/c.cc", "#include \"common/error.h\"\n");
+  write("common/error.h", "#pragma once\n");
+  const std::filesystem::path script = source_root() / "scripts" / "include_graph.sh";
+  const testing::ProcessResult r =
+      testing::run_process("/bin/bash", {script.string(), tree.path.string()}, tree.path, {.timeout_seconds = 60});
+  INFO(r.out, r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("kernels -> runtime/engine (1)") != std::string::npos);
+  CHECK(r.out.find("kernels -> dsl (1)") != std::string::npos);
+  CHECK(r.out.find("kernels -> common (1)") != std::string::npos);  // the control: .cc files are still read
+}
+
 TEST_CASE("layering: only common/regex.cc includes pcre2.h") {
   std::vector<std::string> includers;
   for (const char* folder : {"cli", "common", "dsl", "kernels", "runtime", "include"}) {
@@ -52,7 +73,7 @@ TEST_CASE("layering: only common/regex.cc includes pcre2.h") {
     for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
       if (!entry.is_regular_file()) continue;
       const std::string ext = entry.path().extension().string();
-      if (ext != ".cc" && ext != ".h") continue;
+      if (ext != ".cc" && ext != ".h" && ext != ".cu" && ext != ".cuh") continue;
       std::ifstream in(entry.path());
       std::stringstream text;
       text << in.rdbuf();

@@ -1,8 +1,11 @@
 #pragma once
 // Models the tests load: a CPU backend with a model on it, and the shared models loaded once per binary.
 
+#include <cstdlib>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -32,15 +35,37 @@ struct NamedBackend {
   const char* name;
   kernels::Backend& backend;
 };
+/// Whether $CHOREO_REQUIRE_CUDA_DEVICE is 1 (gpu-bundle/run.sh sets it): then a test that runs on a CUDA device
+/// fails without one instead of passing over it.
+inline bool cuda_device_required() {
+  const char* required = std::getenv("CHOREO_REQUIRE_CUDA_DEVICE");
+  return required && std::string_view(required) == "1";
+}
+/// Whether the machine has a CUDA device for the tests; without one, a std::runtime_error (a failed test) when
+/// cuda_device_required().
+inline bool cuda_device_present() {
+  const bool present = kernels::cuda_device_count() > 0;
+  if (!present && cuda_device_required())
+    throw std::runtime_error("no CUDA device, and $CHOREO_REQUIRE_CUDA_DEVICE=1 asks the tests to run on one");
+  return present;
+}
+
 /// Every backend present: the CPU's, the CUDA backend run by the block emulator, and the CUDA backend on
-/// device 0 when this build has it and the machine has a GPU (scripts/gpu_check.sh).
+/// device 0 when this build has it and the machine has a GPU. $CHOREO_CONFORMANCE_BACKENDS (names, comma
+/// separated) keeps only those named: gpu-bundle/run.sh runs the conformance tests on "cuda" alone, without the
+/// slow emulated backend.
 inline std::vector<NamedBackend> conformance_backends() {
   static std::unique_ptr<kernels::Backend> emulated = kernels::make_cuda_emulated_backend();
-  static std::unique_ptr<kernels::Backend> device =
-      kernels::cuda_device_count() > 0 ? kernels::make_backend("cuda", 1, 0) : nullptr;
+  static std::unique_ptr<kernels::Backend> device = cuda_device_present() ? kernels::make_backend("cuda", 1, 0) : nullptr;
   std::vector<NamedBackend> all = {{"cpu", cpu_backend()}, {"cuda-emulated", *emulated}};
   if (device) all.push_back({"cuda", *device});
-  return all;
+  const char* only = std::getenv("CHOREO_CONFORMANCE_BACKENDS");
+  if (!only) return all;
+  const std::string names = std::string(",") + only + ",";
+  std::vector<NamedBackend> kept;
+  for (const NamedBackend& b : all)
+    if (names.find(std::string(",") + b.name + ",") != std::string::npos) kept.push_back(b);
+  return kept;
 }
 
 /// stories260K (F32, SentencePiece vocab), loaded on first use and shared by every test of the binary.
@@ -57,10 +82,11 @@ inline LoadedModel& stories260k_cuda_emulated() {
 }
 
 /// stories260K on the CUDA backend on device 0, or null when there is none (a build without nvcc, a machine
-/// without a GPU): the tests that run on the emulated backend run here too (scripts/gpu_check.sh).
+/// without a GPU; a failed test when cuda_device_required()): the device's test cases ("... on a CUDA device",
+/// "cuda device: ...") run on it (gpu-bundle/run.sh, scripts/gpu_check.sh).
 inline LoadedModel* stories260k_cuda_device() {
   static std::unique_ptr<LoadedModel> loaded =
-      kernels::cuda_device_count() > 0
+      cuda_device_present()
           ? std::make_unique<LoadedModel>(shared_file("models/stories260K.gguf"), kernels::make_backend("cuda", 1, 0))
           : nullptr;
   return loaded.get();

@@ -93,6 +93,10 @@ class CpuBackend final : public Backend {
     pages_.check_range(dst, range);
     std::memcpy(pages_.get(dst) + range.offset, pages_.get(src) + range.offset, range.bytes);
   }
+  void rerotate_keys(const KvLayout& kv, std::span<const PageId> from, std::span<const PageId> to, int n_tokens,
+                     int delta, const RopeParams& rope) override {
+    cpu::rerotate_keys(pages_, kv, from, to, n_tokens, delta, rope);
+  }
   Completion copy_to_host(PageId src, ByteRange range, void* dst) override {
     pages_.check_range(src, range);
     const std::byte* from = pages_.get(src) + range.offset;

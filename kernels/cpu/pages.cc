@@ -1,5 +1,7 @@
 #include "kernels/cpu/pages.h"
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -7,6 +9,8 @@
 #include <string>
 
 #include <unistd.h>
+
+#include "kernels/cpu/elementwise.h"
 
 namespace choreo::kernels::cpu {
 
@@ -106,6 +110,31 @@ void CopyWorker::run(State& state) {
       job.second.set_value();
     } catch (...) {
       job.second.set_exception(std::current_exception());
+    }
+  }
+}
+
+void rerotate_keys(const PageTable& table, const KvLayout& kv, std::span<const PageId> from,
+                   std::span<const PageId> to, int n_tokens, int delta, const RopeParams& rope_params) {
+  check_rerotate(kv, from, to, n_tokens);
+  const ByteRange whole{0, kv.page_bytes()};
+  for (size_t i = 0; i < to.size(); ++i) {
+    table.check_range(from[i], whole);
+    table.check_range(to[i], whole);
+  }
+  for (size_t i = 0; i < to.size(); ++i)
+    if (to[i] != from[i]) std::memcpy(table.get(to[i]), table.get(from[i]), whole.bytes);
+  // A page's keys of one layer at a time, as rows: cpu::rope rotates each row as it rotates a row alone.
+  const size_t kv_dim = size_t(kv.kv_dim());
+  std::vector<float> rows(size_t(kv.page_tokens) * kv_dim);
+  const std::vector<int32_t> positions(size_t(kv.page_tokens), delta);
+  for (size_t p = 0; p * size_t(kv.page_tokens) < size_t(n_tokens); ++p) {
+    std::byte* page = table.get(to[p]);
+    const int n = std::min(kv.page_tokens, n_tokens - int(p) * kv.page_tokens);
+    for (int layer = 0; layer < kv.n_layers; ++layer) {
+      for (int slot = 0; slot < n; ++slot) kv.read_k(page, layer, slot, rows.data() + size_t(slot) * kv_dim);
+      rope(rows.data(), n, kv.n_kv_heads, kv.head_dim, positions.data(), rope_params);
+      for (int slot = 0; slot < n; ++slot) kv.write_k(page, layer, slot, rows.data() + size_t(slot) * kv_dim);
     }
   }
 }

@@ -1,7 +1,7 @@
 #pragma once
 // KV page memory of the CPU backend: page ids resolved through a two-level table that never moves, so kernels
-// resolve ids without a lock while other threads allocate; and the copy worker that runs the backend's
-// asynchronous copies between pages and host memory.
+// resolve ids without a lock while other threads allocate; the copy worker that runs the backend's
+// asynchronous copies between pages and host memory; and key re-rotation over a page list.
 
 #include <array>
 #include <atomic>
@@ -12,6 +12,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -77,5 +78,12 @@ class CopyWorker {
   std::unique_ptr<State> state_;
   int pid_ = 0;  // the process that started the worker
 };
+
+/// Backend::rerotate_keys on the table's pages: the pages of `to` that are not their `from` page copied from
+/// it, then each layer's keys of a page decoded (KvLayout::read_k), rotated by cpu::rope at position delta and
+/// encoded again (KvLayout::write_k). The arguments are checked first (check_rerotate, and every page of
+/// the layout's size: std::out_of_range).
+void rerotate_keys(const PageTable& table, const KvLayout& kv, std::span<const PageId> from,
+                   std::span<const PageId> to, int n_tokens, int delta, const RopeParams& rope);
 
 }  // namespace choreo::kernels::cpu

@@ -3,8 +3,7 @@
 // column-major matrices, op(A) and op(B), leading dimensions, and strided batches, as
 // cublasGemmStridedBatchedEx and cuBLASLt take them, with A and B in f32, f16 or bf16 and C and every sum in
 // f32. On a GPU the forward pass runs them through cuBLASLt with one pinned algorithm per product shape
-// (kernels/cuda/device/gemm_lt.cu: split-K 1, no reduction scheme, chosen once and never per row count), and
-// kernels/cuda/blas.cu's gemm_cublas runs f32 ones through cublasSgemmStridedBatched for the self-test. In
+// (kernels/cuda/device/gemm_lt.cu: split-K 1, no reduction scheme, chosen once and never per row count). In
 // emulation (kernels/cuda/emu/blas_emulated.cc, gemm_emulated) the same arguments go to a CPU GEMM that
 // indexes A, B and C exactly as cuBLAS does and sums every element over k in order: the contract the pinned
 // algorithm must keep for batch invariance (a row's bits never depend on the other rows of the product), so

@@ -3,13 +3,11 @@
 // kernels/cuda/kernels/*.cuh on a stream, with device pointers. Built only when nvcc is found
 // (CMake option CHOREO_CUDA); the kernels' logic is tested on the CPU through the block emulator (tests/cuda).
 
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cuda/blas.h"
 #include "kernels/cuda/kernel_args.h"
 
 namespace choreo::cuda {
@@ -79,8 +77,5 @@ void launch_softmax(const float* x, int rows, int n, float temperature, float* o
 /// over n rows, A (rank rows of n_in) and B (n_out rows of rank) F32, F16 or BF16, rank <= kernels::kLoraMaxRank.
 void launch_lora(const kernels::WeightArgs& a, const void* a_rows, const kernels::WeightArgs& b, const void* b_rows,
                  float factor, const float* x, int n, float* y, cudaStream_t stream);
-
-/// kernels/cuda/blas.h's product on device pointers: cublasSgemmStridedBatched (throws on a cuBLAS error).
-void gemm_cublas(cublasHandle_t handle, const blas::Gemm& g);
 
 }  // namespace choreo::cuda

@@ -1,6 +1,6 @@
 // The device build of the LoRA kernel (kernels/cuda/kernels/lora.cuh), with a host entry point that launches
 // it on a stream. The same kernel source runs in the block emulator (tests/cuda/lora_kernel_test.cc) and in
-// the CUDA backend (kernels/cuda/backend_core.h).
+// the CUDA backend (kernels/cuda/lora_backend.cuh).
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/kernels/lora.cuh"

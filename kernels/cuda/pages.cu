@@ -1,6 +1,6 @@
 // The device build of page gather and scatter (kernels/cuda/kernels/pages.cuh), with host entry points that
 // launch them on a stream. The same kernel source runs in the block emulator (tests/cuda/pages_test.cc) and
-// in the CUDA backend's batched tier copies (kernels/cuda/backend_core.h).
+// in the CUDA backend's batched tier copies (kernels/cuda/pages_backend.cuh).
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/kernels/pages.cuh"

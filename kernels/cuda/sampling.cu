@@ -1,6 +1,6 @@
 // The device build of the sampling helpers (kernels/cuda/kernels/sampling.cuh), with host entry points that
 // launch them on a stream. The same kernel source runs in the block emulator (tests/kernels/sampling_test.cc,
-// through the emulated backend) and in the CUDA backend (kernels/cuda/backend_core.h).
+// through the emulated backend) and in the CUDA backend (kernels/cuda/sampling_backend.cuh).
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/kernels/sampling.cuh"

@@ -116,29 +116,12 @@ std::vector<kernels::KvSegment> Engine::segments_for(Work& w, int bos_model) {
     const kv::Message& m = store_.record(v.message);  // a released parent, while a child is recomputed
     const model::Model& weights = *models_[size_t(w.msg->model)].weights;
     if (v.delta != 0 && repositioning_ == Repositioning::KeyRerotation) {
-      // Reference path: a copy of the parent whose keys are rotated by +delta, attended with delta 0. The
-      // pages are rotated in host memory and copied back.
+      // Reference path: a copy of the parent whose keys the backend re-rotates by +delta, attended with delta 0.
       auto copy = std::make_unique<kv::PageList>(store_.pool());
       copy->reserve(v.n_tokens);
-      const kernels::KvLayout& kv = store_.pool().layout();
-      std::vector<std::byte> host = m.pages.to_host(copy->pages().size());
-      std::vector<float> row(kv.kv_dim());
-      kernels::Backend& be = weights.backend();
-      kernels::Buffer<float> row_on_backend(be, row.size());
-      const int32_t delta = v.delta;
-      for (size_t p = 0; p < copy->pages().size(); ++p) {
-        std::byte* page = host.data() + p * kv.page_bytes();
-        int n_in_page = std::min(kv.page_tokens, v.n_tokens - int(p) * kv.page_tokens);
-        for (int l = 0; l < kv.n_layers; ++l)
-          for (int slot = 0; slot < n_in_page; ++slot) {
-            kv.read_k(page, l, slot, row.data());
-            row_on_backend.upload(row);
-            be.rope(row_on_backend.data(), 1, kv.n_kv_heads, kv.head_dim, &delta, weights.rope_params());
-            row_on_backend.download(row);
-            kv.write_k(page, l, slot, row.data());
-          }
-      }
-      copy->upload(host.data(), copy->pages().size());
+      const std::span<const kernels::PageId> parent_pages(m.pages.pages().data(), copy->pages().size());
+      store_.pool().backend().rerotate_keys(store_.pool().layout(), parent_pages, copy->pages(), v.n_tokens,
+                                            v.delta, weights.rope_params());
       segs.push_back({copy->pages(), v.n_tokens, 0, -1});
       rerotated_.push_back(std::move(copy));
       continue;

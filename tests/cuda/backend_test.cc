@@ -1,10 +1,7 @@
 // The CUDA kernels as a whole backend (kernels::make_cuda_emulated_backend: every operation a kernel of
 // kernels/cuda/kernels run by the block emulator, every launch checked for out-of-bounds accesses and races):
-// - the matrix products (cuBLAS's GEMM for F32, F16 and BF16 weights, the linear kernel for the quantised
-//   formats) against a float64 product of the dequantised weight, and a row's bits the same alone and in
-//   batches of any size;
-// - stories260K on it: the greedy continuation shared/README.md gives (llama.cpp's and llama2.c's), and final
-//   logits within float rounding of the CPU backend's;
+// - the products, stories260K and the shipped head shapes (tests/cuda/backend_checks.h, which a CUDA device
+//   runs too: tests/cuda/device_test.cc);
 // - KV pages it writes in f32, f16 and q8_0 are byte for byte the CPU backend's;
 // - an operation given memory that is not the backend's (Backend::alloc) is refused, as on a GPU;
 // - what it cannot compute is refused with an InputError: weights in a format it has no kernel for.
@@ -30,6 +27,7 @@
 #include "runtime/model/sampler.h"
 #include "runtime/model/session.h"
 #include "runtime/model/synth.h"
+#include "tests/cuda/backend_checks.h"
 #include "tests/cuda/random_values.h"
 #include "tests/cuda/session_logits.h"
 #include "tests/cuda/stored_weight.h"
@@ -42,6 +40,7 @@ namespace {
 
 using kernels::DType;
 using kernels::KvLayout;
+using testing::product;
 using testing::random_values;
 using testing::session_logits;
 using testing::StoredWeight;
@@ -49,97 +48,8 @@ using testing::worst_relative;
 
 kernels::Backend& emulated() { return *testing::stories260k_cuda_emulated().backend; }
 
-/// w · x for `rows` rows of host values, through the backend's memory.
-std::vector<float> product(kernels::Backend& be, const kernels::Weight& w, const float* x, int rows) {
-  const kernels::Buffer<float> x_on(be, std::span(x, size_t(rows) * size_t(w.n_in)));
-  const kernels::Buffer<float> y_on(be, size_t(rows) * size_t(w.n_out));
-  be.matmul(w, x_on.data(), rows, y_on.data());
-  std::vector<float> y(y_on.size());
-  y_on.download(y);
-  return y;
-}
-
-/// A random-weight F32 model of `shape`, on the emulated backend and on the CPU backend (its file removed
-/// once both have mapped it).
-struct OnBothBackends {
-  testing::LoadedModel gpu, cpu;
-};
-OnBothBackends synthetic_on_both(const model::SynthShape& shape, uint64_t seed) {
-  testing::ScratchDir dir;
-  const std::string path = (dir.path / "synthetic.gguf").string();
-  model::write_synthetic_model(shape, DType::F32, path, seed);
-  return {testing::LoadedModel(path, kernels::make_cuda_emulated_backend()), testing::LoadedModel(path)};
-}
-
 TEST_CASE("cuda backend (emulated): the products are float64 products within rounding, in every weight format, and batch invariant") {
-  kernels::Backend& be = emulated();
-  const int n_in = 96, n_out = 37, n = 5;  // outputs not a multiple of the 8 per block
-  const std::vector<float> x = random_values(size_t(n) * n_in, 5, 2.0f);
-  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
-    CAPTURE(int(type));
-    const StoredWeight sw(type, n_out, n_in, 17);
-    const kernels::Weight w = be.upload_weight(sw.w);
-    const std::vector<float> y = product(be, w, x.data(), n);
-    // Against float64 over the weight as stored (dequantised by kernels/quant.cc). F32, F16 and BF16 weights go
-    // to cuBLAS (in emulation a GEMM summing over k in order), whose operands share the weight's type: the
-    // activations are rounded to it first (kernels/quant.cc's rounding), and a sum of n_in terms in order is
-    // within n_in units of rounding (2^-24) of their magnitude. The linear kernel of the quantised formats keeps
-    // f32 activations and sums in lanes, within 1e-6.
-    const bool gemm = type == DType::F32 || type == DType::F16 || type == DType::BF16;
-    std::vector<float> operand = x;
-    if (type != DType::F32 && gemm)
-      for (float& v : operand) {
-        std::vector<uint8_t> narrow(kernels::row_bytes(type, 1));
-        kernels::quantize_row(type, &v, narrow.data(), 1);
-        kernels::dequantize_row(type, narrow.data(), &v, 1);
-      }
-    std::vector<float> row(n_in);
-    double worst = 0;
-    for (int o = 0; o < n_out; ++o) {
-      kernels::dequantize_row(type, sw.bytes.data() + size_t(o) * sw.w.row_stride, row.data(), n_in);
-      for (int r = 0; r < n; ++r) {
-        double want = 0, magnitude = 0;
-        for (int k = 0; k < n_in; ++k) {
-          want += double(row[size_t(k)]) * double(operand[size_t(r) * n_in + k]);
-          magnitude += std::abs(double(row[size_t(k)]) * double(operand[size_t(r) * n_in + k]));
-        }
-        worst = std::max(worst, std::abs(double(y[size_t(r) * n_out + o]) - want) / magnitude);
-      }
-    }
-    CHECK(worst < (gemm ? n_in * 0x1p-24 : 1e-6));
-    // Each row alone, and the rows in another batch (reversed, with a copy of row 2): the same bits.
-    for (int r = 0; r < n; ++r) {
-      const std::vector<float> alone = product(be, w, x.data() + size_t(r) * n_in, 1);
-      CHECK(std::memcmp(alone.data(), y.data() + size_t(r) * n_out, sizeof(float) * n_out) == 0);
-    }
-    std::vector<float> other;
-    for (int r : {4, 2, 3, 2, 1, 0}) other.insert(other.end(), x.begin() + long(r) * n_in, x.begin() + long(r + 1) * n_in);
-    const std::vector<float> y2 = product(be, w, other.data(), 6);
-    CHECK(std::memcmp(y2.data() + n_out, y.data() + 2 * n_out, sizeof(float) * n_out) == 0);
-    CHECK(std::memcmp(y2.data() + 5 * n_out, y.data(), sizeof(float) * n_out) == 0);
-    // A batch of 37 rows (three of the kernel's 16-row groups) holding row 3 at 0, 20 and 36.
-    std::vector<float> big = random_values(37 * size_t(n_in), 6, 2.0f);
-    for (int at : {0, 20, 36}) std::copy_n(x.begin() + 3 * n_in, n_in, big.begin() + long(at) * n_in);
-    const std::vector<float> y3 = product(be, w, big.data(), 37);
-    for (int at : {0, 20, 36})
-      CHECK(std::memcmp(y3.data() + long(at) * n_out, y.data() + 3 * n_out, sizeof(float) * n_out) == 0);
-    // 150 rows (ten of the kernel's 16-row groups, the last one partial), row 3 at either end of several.
-    std::vector<float> many = random_values(150 * size_t(n_in), 7, 2.0f);
-    for (int at : {0, 63, 64, 127, 128, 149}) std::copy_n(x.begin() + 3 * n_in, n_in, many.begin() + long(at) * n_in);
-    const std::vector<float> y4 = product(be, w, many.data(), 150);
-    for (int at : {0, 63, 64, 127, 128, 149})
-      CHECK(std::memcmp(y4.data() + long(at) * n_out, y.data() + 3 * n_out, sizeof(float) * n_out) == 0);
-    // Embedding rows: the stored rows, dequantised.
-    const std::vector<int32_t> ids = {3, 36, 0, 3};
-    const kernels::Buffer<float> embedded_on(be, ids.size() * size_t(n_in));
-    be.embed(w, ids, embedded_on.data());
-    std::vector<float> embedded(embedded_on.size());
-    embedded_on.download(embedded);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      kernels::dequantize_row(type, sw.bytes.data() + size_t(ids[i]) * sw.w.row_stride, row.data(), n_in);
-      CHECK(std::memcmp(row.data(), embedded.data() + i * size_t(n_in), sizeof(float) * size_t(n_in)) == 0);
-    }
-  }
+  testing::check_products(emulated(), 96, 37);  // outputs not a multiple of the 8 per block
 }
 
 TEST_CASE("cuda backend (emulated): an F32 weight with padded rows gives the products of its packed rows, bit for bit") {
@@ -351,7 +261,7 @@ TEST_CASE("cuda backend (emulated): a model on f16 and q8_0 KV pages gives the C
   shape.name = "smollm2-2-layers";
   shape.block_count = 2;
   shape.vocab_size = 512;
-  const auto [gpu, cpu] = synthetic_on_both(shape, 3);
+  const auto [gpu, cpu] = testing::synthetic_on_both(shape, 3, [] { return kernels::make_cuda_emulated_backend(); });
   std::vector<model::Token> prompt;
   for (int i = 0; i < 40; ++i) prompt.push_back((i * 37 + 11) % 512);
   for (auto [kt, vt] : {std::pair{DType::F16, DType::F16}, {DType::Q8_0, DType::Q8_0}, {DType::Q8_0, DType::F16}}) {
@@ -366,58 +276,11 @@ TEST_CASE("cuda backend (emulated): a model on f16 and q8_0 KV pages gives the C
 }
 
 TEST_CASE("cuda backend (emulated): the head shapes of every shipped model shape give the CPU backend's logits") {
-  // Each built-in shape of `choreo model synth` (SmolLM2-135M/360M, TinyLlama, Llama-3.2-1B/3B, Llama-3.1-8B)
-  // with its head dimension (64 or 128), its query heads per KV head (3 to 8), its RoPE (Llama-3 frequency
-  // factors) and BOS, but two KV heads, two layers, a feed-forward of 256 and a vocabulary of 512, so that the
-  // emulation stays fast. Random F32 weights; a 30-token prompt and three decode steps.
-  for (const std::string& name : model::synth_shape_names()) {
-    CAPTURE(name);
-    model::SynthShape shape = *model::find_synth_shape(name);
-    const int64_t head_dim = shape.head_dim(), ratio = shape.head_count / shape.head_count_kv;
-    shape.head_count_kv = 2;
-    shape.head_count = 2 * ratio;
-    shape.embedding_length = shape.head_count * head_dim;
-    shape.block_count = 2;
-    shape.feed_forward_length = 256;
-    shape.vocab_size = 512;
-    const auto [gpu, cpu] = synthetic_on_both(shape, 9);
-    REQUIRE(gpu.model->config().head_dim == int(head_dim));
-    std::vector<model::Token> prompt;
-    for (int i = 0; i < 30; ++i) prompt.push_back((i * 53 + 7) % 512);
-    const std::vector<model::Token> then = {3, 100, 511};
-    const double worst = worst_relative(session_logits(*gpu.model, prompt, then), session_logits(*cpu.model, prompt, then));
-    MESSAGE(name, " heads (", head_dim, " dims, ", ratio, " query heads per KV head): max |Δlogit| / range = ", worst);
-    CHECK(worst < 1e-5);
-  }
+  testing::check_shipped_heads([] { return kernels::make_cuda_emulated_backend(); }, "CUDA kernels (emulated)");
 }
 
 TEST_CASE("cuda backend (emulated): stories260K continues as shared/README.md says, with the CPU backend's logits") {
-  const model::Model& gpu = *testing::stories260k_cuda_emulated().model;
-  const model::Model& cpu = *testing::stories260k().model;
-  std::vector<float> logits_gpu, logits_cpu;
-  std::vector<model::Token> greedy;
-  {
-    kv::PagePool pool(gpu.backend(), gpu.kv_layout(32), size_t(64) << 20);
-    model::Session s(gpu, pool);
-    s.eval(gpu.vocab().tokenize("Once upon a time", true, true), &logits_gpu);
-    std::vector<float> logits = logits_gpu;
-    for (int i = 0; i < 32; ++i) {
-      const model::Token t = model::argmax(logits);
-      greedy.push_back(t);
-      s.eval(std::span<const model::Token>(&t, 1), &logits);
-    }
-  }
-  CHECK(gpu.vocab().detokenize(greedy) ==
-        ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw");
-  kv::PagePool pool(cpu.backend(), cpu.kv_layout(32), size_t(64) << 20);
-  model::Session s(cpu, pool);
-  s.eval(cpu.vocab().tokenize("Once upon a time", true, true), &logits_cpu);
-  REQUIRE(logits_cpu.size() == logits_gpu.size());
-  const auto [lo, hi] = std::minmax_element(logits_cpu.begin(), logits_cpu.end());
-  double worst = 0;
-  for (size_t i = 0; i < logits_cpu.size(); ++i) worst = std::max(worst, double(std::abs(logits_cpu[i] - logits_gpu[i])));
-  MESSAGE("stories260K, CUDA kernels (emulated) vs CPU backend: max |Δlogit| / range = ", worst / double(*hi - *lo));
-  CHECK(worst / double(*hi - *lo) < 1e-5);
+  testing::check_stories260k(*testing::stories260k_cuda_emulated().model, "CUDA kernels (emulated)");
 }
 
 TEST_CASE("cuda backend (emulated): SmolLM2-135M's Q4_1 file gives the logits of its weights dequantised to F32 by llama.cpp, on the CPU") {

@@ -28,7 +28,7 @@
 #include <optional>
 #include <string>
 
-#include "kernels/cuda/backend_core.h"
+#include "kernels/cuda/backend.cuh"
 #include "kernels/cuda/backend_errors.h"
 #include "kernels/cuda/device/cuda_backend.h"
 #include "kernels/cuda/device/gemm_lt.h"
@@ -175,23 +175,11 @@ class CudaDevice {
 
 }  // namespace
 
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
-
 std::unique_ptr<choreo::kernels::Backend> make_device_backend(int device) {
   int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n == 0) {
-    cudaGetLastError();
-    throw_input_error(std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none"),
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
+    throw_input_error("no CUDA device: " + no_device_reason(),
                       "run on a machine with an NVIDIA GPU and its driver, or use --backend cpu");
-  }
   if (device < 0 || device >= n)
     throw_input_error("CUDA device " + std::to_string(device) + " does not exist (the driver reports " + std::to_string(n) + ")",
                       "pick a device from 0 to " + std::to_string(n - 1));

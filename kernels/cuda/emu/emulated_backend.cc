@@ -29,7 +29,7 @@
 #include <fmt/format.h>
 
 #include "kernels/backend.h"
-#include "kernels/cuda/backend_core.h"
+#include "kernels/cuda/backend.cuh"
 
 namespace choreo::kernels {
 

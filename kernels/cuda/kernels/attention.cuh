@@ -210,7 +210,9 @@ CHOREO_GLOBAL void attention_combine(int n_heads, int head_dim, int n_splits, cu
 /// Encodes n values of a row into a token-major row at byte `row`, as kernels::KvLayout::write_k / write_v do
 /// (kernels/quant.cc): f32 as it is; f16 rounded to nearest even; q8_0 per block of 32, scale max|x| / 127 stored in f16,
 /// values round(x / scale). Threads of the block over the elements (f16) or over the 32-value blocks (q8_0).
-CHOREO_DEVICE inline void encode_row(KvType t, cu::Ptr<uint8_t> bytes, size_t row, cu::Ptr<const float> x, int n) {
+/// `x` is global (cu::Ptr) or shared (cu::Shared) memory.
+template <class Values>
+CHOREO_DEVICE inline void encode_row(KvType t, cu::Ptr<uint8_t> bytes, size_t row, Values x, int n) {
   const int threads = int(cu::block_dim().x);
   if (t == KvType::F32) {  // byte by byte: the row need not be 4-byte aligned (f32 values after q8_0 keys)
     for (int i = int(cu::thread_idx().x); i < n; i += threads) {

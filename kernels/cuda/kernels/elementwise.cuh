@@ -64,9 +64,10 @@ CHOREO_GLOBAL void rope(cu::Ptr<float> x, int n_heads, int head_dim, cu::Ptr<con
     const int h = k / half;
     const RopePair q = rope_pair(p, factors, k % half, double(int64_t(pos[r]) - shift), sign);
     const size_t a = row + size_t(h) * head_dim + size_t(q.a), b = row + size_t(h) * head_dim + size_t(q.b);
-    const float x0 = x[a], x1 = x[b];
-    x[a] = x0 * q.c - x1 * q.s;
-    x[b] = x0 * q.s + x1 * q.c;
+    float x0 = x[a], x1 = x[b];
+    rotate_pair(q, x0, x1);
+    x[a] = x0;
+    x[b] = x1;
   }
 }
 

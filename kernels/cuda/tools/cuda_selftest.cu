@@ -1,9 +1,14 @@
 // cuda_selftest: on a machine with an NVIDIA GPU, runs each of choreo's CUDA kernels (kernels/cuda/cuda_kernels.h)
-// and one cuBLAS SGEMM on random inputs and compares them with choreo's CPU backend, printing one line per
-// check; exit 1 on any mismatch or device error, 2 without a device. Built whenever nvcc is found (CMake
-// CHOREO_CUDA); it has never run on a GPU (none was available): scripts/gpu_check.sh is where it will.
+// on random inputs and compares them with choreo's CPU backend or a float64 product, printing one line per
+// check (the products, cuBLASLt's and the linear kernel's, are checked by the device tests,
+// tests/cuda/device_test.cc, through the backend);
+// then measures what the device sustains: HBM traffic of a device-to-device copy and of a read-only kernel, and
+// the fp32 peak of its CUDA cores (the arithmetic of choreo's `linear` kernel), for gpu-bundle/run.sh to set
+// the benchmarks against. Exit 1 on any mismatch or device error, 2 without a device ("no CUDA device: " and
+// why: no NVIDIA driver, one older than the runtime, no GPU). Built whenever nvcc is found (CMake
+// CHOREO_CUDA); links no CUDA library but the static runtime, so it starts on a machine without one
+// (scripts/gpu_bundle_check.sh).
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,6 +22,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device/cuda_backend.h"
 
 namespace {
 
@@ -65,14 +71,80 @@ void report(const char* name, const std::vector<float>& got, const std::vector<f
   std::printf("%-10s %-4s worst relative difference %.3g (tolerance %.1g)\n", name, ok ? "ok" : "FAIL", worst, tolerance);
 }
 
+/// The device, and the fp32 peak of its CUDA cores: SMs x fp32 lanes per SM x 2 (a fused multiply-add) x the
+/// peak clock. Lanes per SM: 64 on sm_80 (A100) and before sm_86, 128 from sm_86 on (H100/H200: 128).
+void describe_device() {
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  int sms = 0, clock_khz = 0;
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "multiprocessor count");
+  check_cuda(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0), "clock rate");
+  const int cc = prop.major * 10 + prop.minor, lanes = cc < 86 ? 64 : 128;
+  const double peak = double(sms) * lanes * 2.0 * clock_khz * 1e3;
+  std::printf("device: %s, sm_%d, %d SMs at %.0f MHz, %.1f GiB\n", prop.name, cc, sms, clock_khz / 1e3,
+              double(prop.totalGlobalMem) / double(1u << 30));
+  std::printf("fp32-peak-tflops: %.1f (%d SMs x %d fp32 lanes x 2 x %.2f GHz: CUDA cores, no tensor cores)\n",
+              peak / 1e12, sms, lanes, clock_khz / 1e6);
+}
+
+/// Reads every 16-byte word of n words once and writes one sum per block (so the reads are not optimised away).
+__global__ void read_words(const uint4* words, size_t n, unsigned* sums) {
+  unsigned s = 0;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 w = words[i];
+    s ^= w.x ^ w.y ^ w.z ^ w.w;
+  }
+  atomicXor(&sums[blockIdx.x], s);
+}
+
+/// HBM bytes per second the device sustains: a device-to-device copy of 1 GiB (read + write, 20 times) and a
+/// kernel reading 2 GiB (10 times); events on one stream time them, after one untimed run of each.
+void measure_bandwidth() {
+  const size_t copy_bytes = size_t(1) << 30, read_bytes = size_t(2) << 30;
+  void *a = nullptr, *b = nullptr;
+  unsigned* sums = nullptr;
+  check_cuda(cudaMalloc(&a, read_bytes), "cudaMalloc");
+  check_cuda(cudaMalloc(&b, copy_bytes), "cudaMalloc");
+  check_cuda(cudaMalloc(&sums, 4096 * sizeof(unsigned)), "cudaMalloc");
+  check_cuda(cudaMemset(a, 1, read_bytes), "cudaMemset");
+  check_cuda(cudaMemset(sums, 0, 4096 * sizeof(unsigned)), "cudaMemset");
+  cudaEvent_t start, stop;
+  check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+  const auto timed = [&](int times, auto&& work) {
+    work();
+    check_cuda(cudaEventRecord(start), "cudaEventRecord");
+    for (int i = 0; i < times; ++i) work();
+    check_cuda(cudaEventRecord(stop), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(stop), "copy");
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    return double(ms) / 1e3;
+  };
+  const double copy_s = timed(20, [&] { check_cuda(cudaMemcpyAsync(b, a, copy_bytes, cudaMemcpyDeviceToDevice), "copy"); });
+  const double read_s = timed(10, [&] {
+    read_words<<<4096, 256>>>(static_cast<const uint4*>(a), read_bytes / sizeof(uint4), sums);
+    check_cuda(cudaGetLastError(), "read_words");
+  });
+  std::printf("copy-gbps: %.0f (device-to-device cudaMemcpy of 1 GiB, 20 times: bytes read + written per second)\n",
+              2.0 * 20 * double(copy_bytes) / copy_s / 1e9);
+  std::printf("read-gbps: %.0f (a kernel reading 2 GiB once, 10 times: bytes read per second)\n",
+              10 * double(read_bytes) / read_s / 1e9);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(sums);
+  cudaFree(b);
+  cudaFree(a);
+}
+
 }  // namespace
 
 int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::fprintf(stderr, "cuda_selftest: no CUDA device\n");
+  if (const std::string reason = cuda::no_device_reason(); !reason.empty()) {
+    std::fprintf(stderr, "cuda_selftest: no CUDA device: %s\n", reason.c_str());
     return 2;
   }
+  describe_device();
   std::unique_ptr<kernels::Backend> cpu = kernels::make_cpu_backend(1);
   const int rows = 7, dim = 576;
   const std::vector<float> x = random_values(size_t(rows) * dim, 1), w = random_values(size_t(dim), 2);
@@ -129,33 +201,6 @@ int main() {
     cuda::launch_lora(a_args, da.p, b_args, db.p, 0.5f, dx.p, rows, dy.p, nullptr);
     report("lora", dy.get(), want, 1e-5);
   }
-  {  // cuBLAS: y = x W^T, W n_out x dim, as the CPU backend's matmul.
-    const int n_out = 96;
-    const std::vector<float> wt = random_values(size_t(n_out) * dim, 4);
-    std::vector<float> want(size_t(rows) * n_out, 0.0f);
-    for (int r = 0; r < rows; ++r)
-      for (int o = 0; o < n_out; ++o) {
-        double s = 0;
-        for (int k = 0; k < dim; ++k) s += double(x[size_t(r) * dim + k]) * wt[size_t(o) * dim + k];
-        want[size_t(r) * n_out + o] = float(s);
-      }
-    Device<float> dx(x), dw(wt), dy(want);
-    cublasHandle_t handle;
-    if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
-      std::fprintf(stderr, "cuda_selftest: cublasCreate failed\n");
-      return 1;
-    }
-    const float one = 1.0f, zero = 0.0f;
-    // Column-major view: Y^T (n_out x rows) = W (n_out x dim, stored as W^T row-major) * X^T (dim x rows).
-    const cublasStatus_t s = cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, n_out, rows, dim, &one, dw.p, dim, dx.p,
-                                         dim, &zero, dy.p, n_out);
-    cublasDestroy(handle);
-    if (s != CUBLAS_STATUS_SUCCESS) {
-      std::fprintf(stderr, "cuda_selftest: cublasSgemm failed (%d)\n", int(s));
-      return 1;
-    }
-    report("sgemm", dy.get(), want, 1e-4);
-  }
   {  // Page gather (16- and 4-byte words), then scatter into zeroed pages: the pieces the page list says.
     const size_t page_floats = 64;
     const std::vector<float> pool = random_values(10 * page_floats, 5);
@@ -180,6 +225,7 @@ int main() {
       report(first == 0 ? "scatter16" : "scatter4", dback.get(), back_want, 0.0);
     }
   }
+  measure_bandwidth();
   std::printf("cuda_selftest: %s\n", failures ? "FAILED" : "all checks passed");
   return failures ? 1 : 0;
 }
