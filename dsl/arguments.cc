@@ -7,10 +7,10 @@
 #include <cstdlib>
 #include <vector>
 
+#include "common/error.h"
 #include "dsl/expr/evaluator.h"
 #include "dsl/expr/parser.h"
 #include "dsl/expr/source.h"
-#include "common/error.h"
 
 namespace choreo::dsl {
 
@@ -35,7 +35,6 @@ namespace {
 using dsl::expr::Value;
 
 constexpr size_t kQuotedArgumentBytes = 160;
-
 
 /// The text is quoted cut short (a list input can be a whole JSON-lines row), followed by `reason` when the
 /// expression reader gave one (e.g. a list past kMaxValueElements, which is well-formed).

@@ -41,9 +41,9 @@ std::vector<ByteRange> element_ranges(std::string_view line) {
 
 namespace {
 
-/// Builds the value of a line from nlohmann's SAX events, noting the first key given twice in one object. Every
-/// event costs constant time (amortised), so a line is read in time linear in its length; nlohmann's callback
-/// parser, the obvious way to see keys, rescans the enclosing list after each object it closes.
+/// Builds the value of a line from nlohmann's SAX events, noting the first key given twice in one object.
+/// Every event costs constant time (amortised), so a line is read in time linear in its length; nlohmann's
+/// callback parser, the obvious way to see keys, rescans the enclosing list after each object it closes.
 class DomBuilder {
  public:
   DomBuilder(json& root, std::string& duplicate_key) : root_(root), duplicate_key_(duplicate_key) {}

@@ -1,8 +1,9 @@
 // One JSON line read the way every JSON-lines input is (runtime/exec/json_line.h): a long list of objects is
 // read whole, in time that grows with the line (issue 42, finding 4), and keys given twice are still noted.
 
-#include <doctest/doctest.h>
+#include "runtime/exec/json_line.h"
 
+#include <doctest/doctest.h>
 #include <fmt/format.h>
 
 #include <fstream>
@@ -12,7 +13,6 @@
 #include "dsl/arguments.h"
 #include "dsl/workflow_parser.h"
 #include "runtime/exec/instances.h"
-#include "runtime/exec/json_line.h"
 #include "tests/scratch_dir.h"
 
 namespace choreo::exec {
@@ -66,7 +66,8 @@ TEST_CASE("a JSON line that is not JSON names the byte where reading stopped") {
   CHECK(overflow.json_error_byte == 7);
 }
 
-// The same line as an input row of `run --inputs`: the list reaches the workflow's list input as its JSON text.
+// The same line as an input row of `run --inputs`: the list reaches the workflow's list input as its JSON
+// text.
 TEST_CASE("run --inputs: a row whose list input holds a million objects reads, the input equal to the list") {
   constexpr int kObjects = 1000000;
   testing::ScratchDir scratch;
@@ -83,8 +84,8 @@ TEST_CASE("run --inputs: a row whose list input holds a million objects reads, t
   CHECK(json::parse(items) == json::parse(list));
   // As a workflow value, 12 MB of list is past the expression reader's bounds: the error gives the reader's
   // reason instead of only "must be a list", and quotes the text cut short.
-  const std::string error = testing::input_error_text(
-      [&] { dsl::convert_argument(items, dsl::ValueType::List, "input `items`"); });
+  const std::string error =
+      testing::input_error_text([&] { dsl::convert_argument(items, dsl::ValueType::List, "input `items`"); });
   CHECK(error.find("must be a list") != std::string::npos);
   CHECK(error.find("too long") != std::string::npos);
   CHECK(error.size() < 1000);
