@@ -105,10 +105,10 @@ void run_traces(const TracesOptions& o) {
     if (eval::in_shard(i, shard)) mine.push_back(rows[i]);
   // Resuming: rows already in the output are skipped (a torn last line is cut off and sampled again).
   std::set<int> done;
-  for (const nlohmann::json& v : eval::read_json_lines(o.out_path, "traces file").values)
+  for (const nlohmann::json& v : eval::read_json_lines(o.out_path, train::kTraceLines).values)
     if (v.is_object() && v.contains("line") && v["line"].is_number_integer()) done.insert(v["line"].get<int>());
   const std::shared_ptr<runtime::LoadedModels> loaded = runtime::load_models(o.engine.model_options());
-  eval::LineAppender out(o.out_path, "-o");
+  eval::LineAppender out(o.out_path, "-o", train::kTraceLines);
   size_t written = 0, skipped = 0, failed = 0;
   const double start = steady_ms();
   for (const exec::InputRow& row : mine) {

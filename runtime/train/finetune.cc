@@ -23,7 +23,7 @@ nlohmann::json trace_json(const Trace& trace) {
 }
 
 std::vector<Trace> read_traces(const std::string& path, int n_vocab) {
-  const eval::JsonLinesFile file = eval::read_json_lines(path, "traces file");
+  const eval::JsonLinesFile file = eval::read_json_lines(path, kTraceLines);
   std::vector<Trace> out;
   for (size_t i = 0; i < file.values.size(); ++i) {
     const nlohmann::json& v = file.values[i];
