@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -260,6 +261,11 @@ void run_run(const RunOptions& o) {
   const int failed = print_row_outputs(workflow, rows, outcomes, o, colours);
   write_outputs(workflow, o, model_path, rows, outcomes, engine);
   print_summary(outcomes, engine.model().vocab(), engine.tier_stats());
+  // Memory or I/O failed, not the row's input: exit 1.
+  if (std::any_of(outcomes.begin(), outcomes.end(),
+                  [](const exec::InstanceOutcome& r) { return r.error && !is_input_error(r.error); }))
+    throw RuntimeFailure(
+        fmt::format("{} of {} rows failed (errors above), not all for their input", failed, rows.size()));
   if (failed > 0)
     throw InputError(fmt::format("{} of {} rows failed (errors above)", failed, rows.size()),
                      "the other rows ran; fix the failing rows and run them again");

@@ -123,6 +123,16 @@ std::string InputError::render() const {
   return out;
 }
 
+bool is_input_error(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const InputError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 std::string describe_error(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);

@@ -68,6 +68,15 @@ class RuntimeFailure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Memory ran out (std::bad_alloc, caught where it can be said what to change): exit code 1.
+class OutOfMemory : public RuntimeFailure {
+ public:
+  using RuntimeFailure::RuntimeFailure;
+};
+
+/// Whether `error` holds an InputError (the user's to fix) rather than a failure of the environment.
+bool is_input_error(const std::exception_ptr& error);
+
 /// An exception caught on another thread, as text: an InputError rendered in full (ending in a newline),
 /// any other exception's what() followed by a newline.
 std::string describe_error(const std::exception_ptr& error);

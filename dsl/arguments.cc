@@ -7,10 +7,10 @@
 #include <cstdlib>
 #include <vector>
 
+#include "common/error.h"
 #include "dsl/expr/evaluator.h"
 #include "dsl/expr/parser.h"
 #include "dsl/expr/source.h"
-#include "common/error.h"
 
 namespace choreo::dsl {
 
@@ -34,11 +34,15 @@ namespace {
 
 using dsl::expr::Value;
 
+constexpr size_t kQuotedArgumentBytes = 160;
 
-[[noreturn]] void wrong_type(std::string_view text, ValueType type, const std::string& what,
-                             std::string hint) {
-  throw InputError(fmt::format("{} must be {} {}, got '{}'", what, type == ValueType::Int ? "an" : "a",
-                               value_type_name(type), text),
+/// The text is quoted cut short (a list input can be a whole JSON-lines row), followed by `reason` when the
+/// expression reader gave one (e.g. a list past kMaxValueElements, which is well-formed).
+[[noreturn]] void wrong_type(std::string_view text, ValueType type, const std::string& what, std::string hint,
+                             const std::string& reason = {}) {
+  throw InputError(fmt::format("{} must be {} {}, got '{}'{}", what, type == ValueType::Int ? "an" : "a",
+                               value_type_name(type), clip_text(text, kQuotedArgumentBytes),
+                               reason.empty() ? "" : ": " + reason),
                    std::move(hint));
 }
 
@@ -73,8 +77,8 @@ Value convert_argument(std::string_view text, ValueType type, const std::string&
       try {
         dsl::expr::Expr e = dsl::expr::parse_expression(text, SourceLocation{what, 0, 0});
         v = dsl::expr::evaluate(e, dsl::expr::MapScope{});
-      } catch (const InputError&) {
-        wrong_type(text, type, what, "write a list literal such as [1, 'two', 3.0]");
+      } catch (const InputError& e) {
+        wrong_type(text, type, what, "write a list literal such as [1, 'two', 3.0]", e.message());
       }
       if (v.type() != dsl::expr::Type::List)
         wrong_type(text, type, what, "write a list literal such as [1, 2]");

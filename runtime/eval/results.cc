@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -119,23 +120,32 @@ ResultRow result_from_json(const json& value, const std::string& path, int line)
   return row;
 }
 
-JsonLinesFile read_json_lines(const std::string& path, std::string_view what) {
+bool AppendedLines::starts_like_line(std::string_view line) const {
+  return std::any_of(line_starts.begin(), line_starts.end(),
+                     [&](std::string_view start) { return line.starts_with(start); });
+}
+
+JsonLinesFile read_json_lines(const std::string& path, const AppendedLines& kind) {
   JsonLinesFile out;
   std::error_code exists_error;
   if (!std::filesystem::exists(path, exists_error)) return out;
-  LineReader reader(path, what);
+  LineReader reader(path, kind.what);
   std::string line;
   while (reader.next(line)) {
     const int number = reader.line_number();
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     exec::JsonLine parsed = exec::parse_json_line(number, line);
     if (!parsed.json_error.empty()) {
-      if (reader.last_line_unterminated()) {  // a writer killed mid-line: that line was never finished
+      // A writer killed mid-line: that line was never finished. A one-line note or token without a newline
+      // is no such line, and neither is anything after lines that are not this kind's (they failed above).
+      if (reader.last_line_unterminated() && kind.starts_like_line(line)) {
         out.truncated_tail = true;
         break;
       }
       throw InputError(fmt::format("line is not JSON: {}", parsed.json_error),
-                       fmt::format("only the last line of a {} may be cut off", what),
+                       fmt::format("this is not a {} choreo wrote: only a last line that starts as its lines "
+                                   "do ({}) may be cut off; give another file",
+                                   kind.what, kind.line_starts.front()),
                        SourceLocation{path, number, parsed.json_error_column()}, line);
     }
     out.values.push_back(std::move(parsed.value));
@@ -145,7 +155,7 @@ JsonLinesFile read_json_lines(const std::string& path, std::string_view what) {
 }
 
 ResultsFile read_results(const std::string& path) {
-  JsonLinesFile file = read_json_lines(path, "results file");
+  JsonLinesFile file = read_json_lines(path, kResultLines);
   ResultsFile out;
   out.truncated_tail = file.truncated_tail;
   for (size_t i = 0; i < file.values.size(); ++i) out.rows.push_back(result_from_json(file.values[i], path, file.lines[i]));
@@ -159,20 +169,30 @@ std::set<std::pair<std::string, std::string>> done_keys(const std::vector<Result
   return out;
 }
 
-LineAppender::LineAppender(const std::string& path, std::string_view flag, bool sync_each_line)
+LineAppender::LineAppender(const std::string& path, std::string_view flag, const AppendedLines& kind,
+                           bool sync_each_line)
     : path_(path), sync_each_line_(sync_each_line) {
   fd_ = open_for_append(path, flag);
-  // Cut a partial last line (no newline after it) so appended rows do not glue onto it. Only the end of the
-  // file is read: back from the end to the last newline.
+  try {
+    finish_last_line(flag, kind);
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+}
+
+void LineAppender::finish_last_line(std::string_view flag, const AppendedLines& kind) {
   struct stat st;
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return;
+  // Only the end of the file is read: back from the end to the last newline.
   const off_t size = st.st_size;
   off_t keep = 0;  // bytes up to and including the last newline
   char chunk[4096];
   for (off_t end = size; end > 0 && keep == 0;) {
     const off_t begin = end > off_t(sizeof chunk) ? end - off_t(sizeof chunk) : 0;
     const ssize_t n = ::pread(fd_, chunk, size_t(end - begin), begin);
-    if (n != end - begin) throw RuntimeFailure(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
+    if (n != end - begin)
+      throw RuntimeFailure(fmt::format("cannot read '{}': {}", path_, std::strerror(errno)));
     for (ssize_t i = n - 1; i >= 0; --i)
       if (chunk[i] == '\n') {
         keep = begin + i + 1;
@@ -180,11 +200,27 @@ LineAppender::LineAppender(const std::string& path, std::string_view flag, bool 
       }
     end = begin;
   }
-  if (keep != size && ::ftruncate(fd_, keep) != 0) {
-    const int e = errno;
-    ::close(fd_);
-    throw RuntimeFailure(fmt::format("cannot repair '{}': {}", path, std::strerror(e)));
+  if (keep == size) return;
+  const auto refuse = [&] {
+    throw InputError(
+        fmt::format("{} '{}' ends in a line without a newline that is not a {}'s", flag, path_, kind.what),
+        fmt::format("{} appends to a {} only, and cuts off only a line a killed run left; give "
+                    "another file",
+                    flag, kind.what),
+        SourceLocation{path_, 0, 0});
+  };
+  // The last line is bounded as every input line is (reading the file before appending checked it).
+  if (uint64_t(size - keep) > input_policy().file_bytes) refuse();
+  std::string tail(size_t(size - keep), '\0');
+  if (::pread(fd_, tail.data(), tail.size(), keep) != ssize_t(tail.size()))
+    throw RuntimeFailure(fmt::format("cannot read '{}': {}", path_, std::strerror(errno)));
+  if (!kind.starts_like_line(tail)) refuse();
+  if (exec::parse_json_line(0, std::move(tail)).json_error.empty()) {
+    append("\n");  // a whole line that lacks only its newline: kept
+    return;
   }
+  if (::ftruncate(fd_, keep) != 0)
+    throw RuntimeFailure(fmt::format("cannot repair '{}': {}", path_, std::strerror(errno)));
 }
 
 LineAppender::~LineAppender() {

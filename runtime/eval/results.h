@@ -37,6 +37,18 @@ std::string result_line(const ResultRow& row);
 /// InputError (naming `path`:`line`) when a required field is missing or mistyped.
 ResultRow result_from_json(const nlohmann::json& value, const std::string& path, int line);
 
+/// A kind of JSON Lines file that choreo appends to, as its writer writes it: `what` names it in messages,
+/// and each of its lines starts with one of `line_starts` (the writer's first key). That start tells a line a
+/// killed writer cut off from text that is not the writer's, which is never cut (docs/limits.md).
+struct AppendedLines {
+  std::string_view what;
+  std::vector<std::string_view> line_starts;
+  /// Whether `line` begins as this kind's lines begin.
+  bool starts_like_line(std::string_view line) const;
+};
+/// eval's results files: each line a result row, `{"id":...`.
+inline const AppendedLines kResultLines{"results file", {R"({"id":)"}};
+
 /// A JSON Lines file that a killed writer may have left with a partial last line (eval's results, the reuse
 /// profiler's log): its values in order and the line each came from.
 struct JsonLinesFile {
@@ -44,17 +56,20 @@ struct JsonLinesFile {
   std::vector<int> lines;
   bool truncated_tail = false;  // the last line was cut off (a killed writer) and was ignored
 };
-/// Reads `path` (a missing file reads as empty; blank lines are skipped) through the input limits. A malformed
-/// line other than an unterminated last one is an InputError at file:line:col; `what` names the file in it.
-JsonLinesFile read_json_lines(const std::string& path, std::string_view what);
+/// Reads `path` (a missing file reads as empty; blank lines are skipped) through the input limits. A last
+/// line without a newline that is not JSON is taken for a killed writer's and ignored when it starts as
+/// `kind`'s lines do; any other malformed line is an InputError at file:line:col.
+JsonLinesFile read_json_lines(const std::string& path, const AppendedLines& kind);
 
-/// Appends lines to a file, one write per line (and fsync when asked).
+/// Appends lines to a file of one kind, one write per line (and fsync when asked).
 class LineAppender {
  public:
-  /// Opens `path` for appending, creating it (`flag` names the option that gave it, for errors). A partial last
-  /// line left by a killed writer is cut off first, so the next line starts clean. RuntimeFailure when the file
-  /// cannot be opened.
-  LineAppender(const std::string& path, std::string_view flag, bool sync_each_line = false);
+  /// Opens `path` for appending, creating it (`flag` names the option that gave it, for errors). A last line
+  /// without its newline is first ended with one when it is a whole JSON line, cut off when it is a killed
+  /// writer's partial line (it starts as `kind`'s lines do), and otherwise refused with an InputError, the
+  /// file unchanged: it is not `kind`'s. RuntimeFailure when the file cannot be opened or repaired.
+  LineAppender(const std::string& path, std::string_view flag, const AppendedLines& kind,
+               bool sync_each_line = false);
   ~LineAppender();
   LineAppender(const LineAppender&) = delete;
   LineAppender& operator=(const LineAppender&) = delete;
@@ -63,6 +78,8 @@ class LineAppender {
   void append(std::string_view line);
 
  private:
+  void finish_last_line(std::string_view flag, const AppendedLines& kind);
+
   std::string path_;
   int fd_ = -1;
   bool sync_each_line_;
@@ -74,8 +91,8 @@ struct ResultsFile {
   std::vector<int> lines;       // the line each row came from
   bool truncated_tail = false;  // the last line was cut off (a killed writer) and was ignored
 };
-/// Reads `path` (a missing file reads as empty). A malformed line other than an unterminated last one is
-/// an InputError at file:line:col.
+/// Reads `path` (a missing file reads as empty) as read_json_lines does with kResultLines, each line then a
+/// result row. Anything else is an InputError at file:line:col.
 ResultsFile read_results(const std::string& path);
 
 /// (row id, mode) pairs already present: what `--resume` skips.
@@ -84,7 +101,8 @@ std::set<std::pair<std::string, std::string>> done_keys(const std::vector<Result
 /// Appends result lines to a file, one write per row (and fsync when asked): a LineAppender for `--out`.
 class ResultWriter {
  public:
-  explicit ResultWriter(const std::string& path, bool sync_each_row = false) : out_(path, "--out", sync_each_row) {}
+  explicit ResultWriter(const std::string& path, bool sync_each_row = false)
+      : out_(path, "--out", kResultLines, sync_each_row) {}
   /// Writes one row as one line. RuntimeFailure on an I/O error.
   void append(const ResultRow& row) { out_.append(result_line(row)); }
 

@@ -71,8 +71,11 @@ nlohmann::ordered_json run_json(const std::string& split, const std::string& ite
 /// cut short by an interrupted run is dropped, and measured again).
 class RunLog {
  public:
+  /// A config line first, then run_json's lines.
+  static inline const AppendedLines kLines{"reuse profile log", {R"({"config":)", R"({"split":)"}};
+
   RunLog(const std::string& path, const nlohmann::ordered_json& config, bool resume)
-      : existing_(read_existing(path, resume)), out_(path, "-o") {
+      : existing_(read_existing(path, resume)), out_(path, "-o", kLines) {
     if (existing_.values.empty()) {
       out_.append(run_line({{"config", config}}));
       return;
@@ -104,7 +107,7 @@ class RunLog {
     if (std::filesystem::exists(path, ec) && !resume)
       throw InputError(fmt::format("{} exists: an earlier profile's measurements", path),
                        "add --resume to continue it, or give another -o directory");
-    return read_json_lines(path, "reuse profile log");
+    return read_json_lines(path, kLines);
   }
   static std::string key(const std::string& a, const std::string& b, const std::string& c) {
     return a + '\x1f' + b + '\x1f' + c;

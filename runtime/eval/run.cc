@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <new>
 
 #include "common/error.h"
 #include "runtime/eval/math_answer.h"
@@ -228,6 +229,8 @@ EvalReport run_eval(const dsl::Workflow& workflow, const model::Model& model,
             try {
               result = make_result(p, mode, exec::run_workflow(workflow, sink, p.arguments));
               result->extra["models_xxh3"] = fingerprint;
+            } catch (const std::bad_alloc&) {
+              throw;  // not the row's failure: the scheduler reports it, and the run stops with exit 1
             } catch (...) {
               error = std::current_exception();
             }

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <unordered_set>
+#include <utility>
 
 #include "dsl/expr/value.h"
 
@@ -39,6 +39,78 @@ std::vector<ByteRange> element_ranges(std::string_view line) {
   return out;
 }
 
+namespace {
+
+/// Builds the value of a line from nlohmann's SAX events, noting the first key given twice in one object.
+/// Every event costs constant time (amortised), so a line is read in time linear in its length; nlohmann's
+/// callback parser, the obvious way to see keys, rescans the enclosing list after each object it closes.
+class DomBuilder {
+ public:
+  DomBuilder(json& root, std::string& duplicate_key) : root_(root), duplicate_key_(duplicate_key) {}
+
+  bool null() { return add(nullptr); }
+  bool boolean(bool value) { return add(value); }
+  bool number_integer(json::number_integer_t value) { return add(value); }
+  bool number_unsigned(json::number_unsigned_t value) { return add(value); }
+  bool number_float(json::number_float_t value, const json::string_t& /*text*/) { return add(value); }
+  bool string(json::string_t& value) { return add(std::move(value)); }
+  bool binary(json::binary_t& value) { return add(json::binary(std::move(value))); }
+  bool start_object(std::size_t /*elements*/) { return open(json::object()); }
+  bool start_array(std::size_t /*elements*/) { return open(json::array()); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(json::string_t& name) {
+    // try_emplace leaves `name` alone when the key is there already; as in nlohmann's own parser, the later
+    // value of a key given twice wins.
+    auto [at, fresh] = open_.back()->get_ref<json::object_t&>().try_emplace(std::move(name));
+    if (!fresh && duplicate_key_.empty()) duplicate_key_ = name;
+    slot_ = &at->second;
+    return true;
+  }
+  /// The parser passes its typed exception (parse_error, out_of_range): rethrow it for parse_json_line.
+  template <typename Exception>
+  bool parse_error(std::size_t /*byte*/, const std::string& /*token*/, const Exception& error) {
+    throw error;
+  }
+
+ private:
+  /// Places `value` where the parser is (the root, the end of the open list, or the key just read).
+  template <typename Value>
+  json* place(Value&& value) {
+    if (open_.empty()) {
+      root_ = json(std::forward<Value>(value));
+      return &root_;
+    }
+    json& parent = *open_.back();
+    if (parent.is_array()) {
+      parent.emplace_back(std::forward<Value>(value));
+      return &parent.back();
+    }
+    *slot_ = json(std::forward<Value>(value));
+    return slot_;
+  }
+  template <typename Value>
+  bool add(Value&& value) {
+    place(std::forward<Value>(value));
+    return true;
+  }
+  bool open(json&& empty) {
+    open_.push_back(place(std::move(empty)));
+    return true;
+  }
+  bool close() {
+    open_.pop_back();
+    return true;
+  }
+
+  json& root_;
+  std::string& duplicate_key_;
+  std::vector<json*> open_;  // the lists and objects being read, innermost last
+  json* slot_ = nullptr;     // the value of the key just read
+};
+
+}  // namespace
+
 JsonLine parse_json_line(int number, std::string text) {
   JsonLine raw{number, std::move(text), {}, {}, 0, {}};
   // nlohmann's dump, copy and comparison recurse once per level (and so would converting the value to an
@@ -50,18 +122,11 @@ JsonLine parse_json_line(int number, std::string text) {
     raw.json_error_byte = deep + 1;
     return raw;
   }
-  std::vector<std::unordered_set<std::string>> keys;
-  auto callback = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) keys.emplace_back();
-    if (event == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
-    if (event == json::parse_event_t::key && !keys.empty() &&
-        !keys.back().insert(parsed.get<std::string>()).second && raw.duplicate_key.empty())
-      raw.duplicate_key = parsed.get<std::string>();
-    return true;
-  };
   try {
-    raw.value = json::parse(raw.text, callback);
+    DomBuilder builder(raw.value, raw.duplicate_key);
+    json::sax_parse(raw.text, &builder);
   } catch (const json::parse_error& e) {
+    raw.value = nullptr;  // not the part read before the error
     std::string what = e.what();
     size_t at = what.find("parse error");
     at = at == std::string::npos ? std::string::npos : what.find(": ", at);
@@ -70,6 +135,7 @@ JsonLine parse_json_line(int number, std::string text) {
   } catch (const json::exception& e) {
     // Well-formed JSON that nlohmann cannot hold, e.g. a number beyond double range ("number overflow
     // parsing '1e999'"): point at the quoted text when the message names it.
+    raw.value = nullptr;
     const std::string what = e.what();
     const size_t at = what.find("] ");
     raw.json_error = at == std::string::npos ? what : what.substr(at + 2);

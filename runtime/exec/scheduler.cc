@@ -1,8 +1,8 @@
 #include "runtime/exec/scheduler.h"
 
-
 #include <algorithm>
 #include <atomic>
+#include <new>
 #include <thread>
 
 #include "common/error.h"
@@ -95,6 +95,19 @@ void run_merged(const std::vector<Submission*>& subs, std::vector<Request> Submi
   }
 }
 
+/// An instance's allocation failure as the environment's failure, not the row's (exit 1), saying what to
+/// change. Never throws: when even the message cannot be made, the std::bad_alloc itself is kept.
+std::exception_ptr out_of_memory(size_t instance, size_t n_jobs, int n_workers) noexcept {
+  try {
+    return std::make_exception_ptr(OutOfMemory(
+        fmt::format("out of memory while running instance {} of {} ({} at once): lower --concurrency, "
+                    "or raise the memory limit (ulimit -v)",
+                    instance + 1, n_jobs, n_workers)));
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
 }  // namespace
 
 void BatchScheduler::execute(std::vector<Submission*>& ready) {
@@ -120,9 +133,10 @@ std::vector<std::exception_ptr> BatchScheduler::run(size_t n_jobs, int concurren
                                                     const std::function<void(size_t, CallSink&)>& job) {
   std::vector<std::exception_ptr> errors(n_jobs);
   if (n_jobs == 0) return errors;
-  // Never more workers than jobs, and never more than the process limits leave room for (the compute
-  // kernels' threads keep theirs); at least one, which this thread could always have run itself.
-  const int room = std::max(thread_room(engine_.model().backend().threads()), 1);
+  // Never more workers than jobs, and never more than the process limits leave room for, in threads (the
+  // compute kernels' threads keep theirs) and in address space; at least one, which this thread could always
+  // have run itself.
+  const int room = std::max(std::min(thread_room(engine_.model().backend().threads()), memory_room()), 1);
   const int n_workers = int(std::min(size_t(std::clamp(concurrency, 1, room)), n_jobs));
   std::atomic<size_t> next{0};
   const uint64_t first_scope = engine_.new_prefix_scopes(n_jobs);
@@ -132,6 +146,8 @@ std::vector<std::exception_ptr> BatchScheduler::run(size_t n_jobs, int concurren
       try {
         sink.start_instance(first_scope + i);
         job(i, sink);
+      } catch (const std::bad_alloc&) {
+        errors[i] = out_of_memory(i, n_jobs, n_workers);
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -169,6 +185,11 @@ std::vector<std::exception_ptr> BatchScheduler::run(size_t n_jobs, int concurren
             "cannot start worker thread {} of {} ({}): lower --concurrency, or raise the limit that ran out "
             "(ulimit -u: processes, ulimit -v: memory; each worker needs a stack of ulimit -s)",
             w + 1, n_workers, e.code().message()));
+      } catch (const std::bad_alloc&) {
+        throw OutOfMemory(fmt::format(
+            "cannot start worker thread {} of {} (out of memory): lower --concurrency, or raise the memory "
+            "limit (ulimit -v; each worker needs a stack of ulimit -s)",
+            w + 1, n_workers));
       }
     }
   } catch (...) {

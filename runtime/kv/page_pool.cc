@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <exception>
+#include <new>
 #include <optional>
 #include <stdexcept>
 
 #include "common/error.h"
+#include "common/memory_limits.h"
 
 namespace choreo::kv {
 
@@ -25,6 +27,7 @@ PagePool::PagePool(kernels::Backend& backend, const kernels::KvLayout& layout, s
         fmt::format("lower --cache-mib to at most {}, or use a device with more memory",
                     device->free_bytes >> 20));
   backend.set_kv_budget(budget_bytes);
+  host_memory_ = !backend.device_memory();
 }
 
 size_t budget_within_device(const kernels::Backend& backend, size_t budget_bytes) {
@@ -34,16 +37,45 @@ size_t budget_within_device(const kernels::Backend& backend, size_t budget_bytes
 
 PagePool::~PagePool() = default;  // every page was released by its PageList
 
+void PagePool::fit_budget_to_memory() {
+  budget_bytes_ = bytes_in_use();
+  memory_bounded_ = true;
+}
+
 kernels::PageId PagePool::allocate() {
+  // Under an address-space limit (ulimit -v), host pages past what the limit leaves would fail the run part
+  // way: once a page would leave less than the reserve (memory_limits.h), the pool is full at what it holds,
+  // and the tiers evict as they do at any budget. Once (pages freed go back to malloc, not to the limit).
+  if (host_memory_ && !memory_bounded_ && bytes_in_use() + page_bytes() <= budget_bytes_)
+    if (const AddressSpaceLeft left = address_space_left();
+        left.limited() && *left.least() < left.reserve_bytes + page_bytes())
+      fit_budget_to_memory();
   while (bytes_in_use() + page_bytes() > budget_bytes_ && reclaimer_ && reclaimer_()) {
   }
   if (bytes_in_use() + page_bytes() > budget_bytes_) {
+    if (memory_bounded_)
+      throw OutOfMemory(
+          fmt::format("the KV cache (T0) cannot grow past {:.1f} MiB: the memory limit (ulimit -v or -d) "
+                      "leaves no more, and every page held is needed by the running calls: lower "
+                      "--concurrency, shorten the context, or raise the limit",
+                      budget_bytes_ / 1048576.0));
     throw InputError(fmt::format("KV cache budget of {:.1f} MiB exhausted ({} pages of {:.2f} MiB in use{})",
                                  budget_bytes_ / 1048576.0, in_use_, page_bytes() / 1048576.0,
                                  charged_ ? fmt::format(", {:.2f} MiB of E caches", charged_ / 1048576.0) : ""),
                      "raise the cache budget (--cache-mib) or shorten the context");
   }
-  const kernels::PageId page = backend_.alloc_page(page_bytes());
+  kernels::PageId page{};
+  for (;;) {
+    try {
+      page = backend_.alloc_page(page_bytes());
+      break;
+    } catch (const std::bad_alloc&) {
+      // Memory ran out below the budget (a limit the check above does not see): full at what it holds. The
+      // page an eviction frees is reused by the next try.
+      fit_budget_to_memory();
+      if (!reclaimer_ || !reclaimer_()) return allocate();  // says why, as above
+    }
+  }
   ++in_use_;
   peak_bytes_ = std::max(peak_bytes_, bytes_in_use());
   return page;

@@ -24,7 +24,9 @@ class PagePool {
   PagePool& operator=(const PagePool&) = delete;
 
   /// A zeroed page. When the budget is spent, asks the reclaimer to free pages first; throws InputError
-  /// (context/cache budget exceeded) when there is none or it frees nothing.
+  /// (context/cache budget exceeded) when there is none or it frees nothing. Host pages also stop at what the
+  /// process's memory limits leave (common/memory_limits.h): the budget then shrinks to the pages held, and
+  /// OutOfMemory says so when nothing can be freed.
   kernels::PageId allocate();
   /// Called when an allocation would exceed the budget (the engine's tiers evict a message): returns true
   /// after releasing at least one page to this pool, false when nothing can go; may throw its own error.
@@ -53,6 +55,11 @@ class PagePool {
   size_t charged_ = 0;
   size_t peak_bytes_ = 0;
   std::function<bool()> reclaimer_;
+  bool host_memory_ = false;     // pages live in this process's memory (not a device's)
+  bool memory_bounded_ = false;  // the budget was cut to what the memory limits leave
+
+  /// Makes the pages held the budget: memory ran out, or would leave too little, below the budget.
+  void fit_budget_to_memory();
 };
 
 /// `budget_bytes`, or the free memory of the backend's device when that is less: the T0 budget of a pool that

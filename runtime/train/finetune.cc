@@ -27,7 +27,7 @@ nlohmann::json trace_json(const Trace& trace) {
 }
 
 std::vector<Trace> read_traces(const std::string& path, int n_vocab) {
-  const eval::JsonLinesFile file = eval::read_json_lines(path, "traces file");
+  const eval::JsonLinesFile file = eval::read_json_lines(path, kTraceLines);
   std::vector<Trace> out;
   for (size_t i = 0; i < file.values.size(); ++i) {
     const nlohmann::json& v = file.values[i];
@@ -186,10 +186,10 @@ SampleTracesReport sample_traces(const SampleTracesOptions& o) {
     if (eval::in_shard(i, o.shard)) mine.push_back(rows[i]);
   // Resuming: rows already in the output are skipped (a torn last line is cut off and sampled again).
   std::set<int> done;
-  for (const nlohmann::json& v : eval::read_json_lines(o.out_path, "traces file").values)
+  for (const nlohmann::json& v : eval::read_json_lines(o.out_path, kTraceLines).values)
     if (v.is_object() && v.contains("line") && v["line"].is_number_integer()) done.insert(v["line"].get<int>());
   const std::shared_ptr<runtime::LoadedModels> loaded = runtime::load_models(o.models);
-  eval::LineAppender out(o.out_path, "-o");
+  eval::LineAppender out(o.out_path, "-o", kTraceLines);
   SampleTracesReport report;
   report.n_rows = mine.size();
   const double start = steady_ms();

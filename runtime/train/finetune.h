@@ -14,6 +14,7 @@
 #include "dsl/workflow.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/open_engine.h"
+#include "runtime/eval/results.h"
 #include "runtime/eval/selection.h"
 #include "runtime/exec/instances.h"
 #include "runtime/train/graph.h"
@@ -44,6 +45,8 @@ struct Trace {
 
 /// A trace as one line of a traces file.
 nlohmann::json trace_json(const Trace& trace);
+/// Traces files as trace_json writes them: an object's keys in order, so each line starts `{"calls":`.
+inline const eval::AppendedLines kTraceLines{"traces file", {R"({"calls":)"}};
 
 /// Reads a traces file (JSON Lines). InputError at path:line:col for a line that is not a trace (a missing
 /// or mistyped field, a token outside [0, n_vocab)), and for a file with no trace.

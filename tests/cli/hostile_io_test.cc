@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -133,6 +134,61 @@ TEST_SUITE("hostile") {
     CHECK(written.find("\"incomplete\": true") != std::string::npos);
     CHECK(written.find("\"name\": \"b\"") != std::string::npos);
     CHECK(read_file(trace).find("(incomplete)") != std::string::npos);
+  }
+
+  // A line without a newline at the end of an output file is cut off only when it is a killed writer's line:
+  // it starts as the writer's lines start, after lines that are that writer's (issue 42, finding 5).
+  TEST_CASE("eval --out and finetune traces -o keep a file that is not theirs, and drop only a cut-off row") {
+    ScratchDir s;
+    const std::string model = testing::shared_file("models/stories260K.gguf");
+    const fs::path workflow = s.path / "w.yaml";
+    std::ofstream(workflow)
+        << "name: w\ninputs: {question: string}\nmessages:\n  m: {text: \"Once\"}\nsteps:\n"
+           "  - decode: {as: a, parents: [m], header: \" a\", max_tokens: 1}\n"
+           "output: \"{{ a }}\"\n";
+    const fs::path data = s.path / "d.jsonl";
+    std::ofstream(data) << "{\"id\": \"r1\", \"question\": \"x\", \"answer\": \"1\"}\n";
+    const auto eval_into = [&](const fs::path& out, bool resume) {
+      std::vector<std::string> args = {"eval",  workflow.string(), "--data", data.string(), "--format",
+                                       "jsonl", "--metric",        "qa_f1",  "-m",          model,
+                                       "--out", out.string()};
+      if (resume) args.push_back("--resume");
+      return choreo_run(args, s.path);
+    };
+    const auto write = [&](const std::string& name, const std::string& text) {
+      const fs::path path = s.path / name;
+      std::ofstream(path, std::ios::binary) << text;
+      return path;
+    };
+    // Not a results file: a token, a note, JSON that is no row, a row's start after lines that are no rows.
+    for (const std::string& text :
+         {std::string("sk-0123456789abcdef"), std::string("remember: buy milk"),
+          std::string("{\"note\": \"keep\""), std::string("notes\n{\"id\":\"r1\",\"mo")}) {
+      CAPTURE(text);
+      for (bool resume : {false, true}) {
+        const fs::path out = write("kept.txt", text);
+        const ProcessResult r = eval_into(out, resume);
+        CHECK(testing::ended_cleanly(r));
+        CHECK(r.exit_code == 2);
+        CHECK(read_file(out) == text);
+      }
+      const fs::path traces = write("traces.txt", text);
+      const fs::path rows = write("rows.jsonl", "{\"question\": \"x\"}\n");
+      const ProcessResult r = choreo_run({"finetune", "traces", workflow.string(), "--inputs", rows.string(),
+                                          "-m", model, "-o", traces.string()},
+                                         s.path);
+      CHECK(testing::ended_cleanly(r));
+      CHECK(r.exit_code == 2);
+      CHECK(read_file(traces) == text);
+    }
+    // A killed writer's first line: dropped, and the run writes its row.
+    const fs::path cut = write("cut.jsonl", "{\"id\":\"r1\",\"mode\":\"cho");
+    const ProcessResult r = eval_into(cut, false);
+    CHECK(r.exit_code == 0);
+    const std::string written = read_file(cut);
+    CHECK(written.rfind("{\"id\":\"r1\",\"mode\":\"choreo\"", 0) == 0);
+    CHECK(std::count(written.begin(), written.end(), '\n') == 1);
+    CHECK(written.back() == '\n');
   }
 
   TEST_CASE("bad input files give clean errors: a directory, an empty prompt file, a huge JSON line") {

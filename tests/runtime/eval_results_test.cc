@@ -14,6 +14,7 @@
 #include "runtime/eval/score_file.h"
 #include "runtime/eval/selection.h"
 #include "runtime/eval/summary.h"
+#include "tests/scratch_dir.h"
 
 namespace choreo::eval {
 namespace {
@@ -99,6 +100,37 @@ TEST_CASE("eval results: a kill mid-line loses only that line, and resuming cont
   REQUIRE(file.rows.size() == 3);
   CHECK(file.rows[2].id == "c");
   CHECK(file.lines[2] == 3);
+}
+
+TEST_CASE(
+    "eval results: a whole last row without its newline is kept and ended, other unended text refused") {
+  TempDir dir;
+  const std::string path = dir.file("out.jsonl");
+  const std::string whole = result_line(make_row("a", "prefix", 1));
+  append_text(path, whole.substr(0, whole.size() - 1));  // the row, short of its newline
+  REQUIRE(read_results(path).rows.size() == 1);          // read as done, so it must stay
+  {
+    ResultWriter writer(path);
+    writer.append(make_row("b", "prefix", 0));
+  }
+  const ResultsFile file = read_results(path);
+  REQUIRE(file.rows.size() == 2);
+  CHECK(file.rows[0].same_outcome(make_row("a", "prefix", 1)));
+  CHECK(testing::read_file(path) == whole + result_line(make_row("b", "prefix", 0)));
+
+  // Text that is not a row's start, and a start shorter than a row's first key, are not a killed writer's:
+  // reading and appending both refuse, the file unchanged.
+  for (const std::string text : {"token", "{\"i", "{\"note\": 1", "{\"note\": 1}"}) {
+    CAPTURE(text);
+    const std::string other = dir.file("other.txt");
+    std::filesystem::remove(other);
+    append_text(other, text);
+    CHECK_THROWS_AS(ResultWriter{other}, InputError);
+    CHECK(testing::read_file(other) == text);
+  }
+  const std::string note = dir.file("note.txt");
+  append_text(note, "token");
+  CHECK_THROWS_AS(read_results(note), InputError);
 }
 
 TEST_CASE("eval results: a malformed line that is not the cut-off tail is an error at its line") {
