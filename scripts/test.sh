@@ -47,6 +47,7 @@ if [[ -x "$ROOT/build/cuda_selftest" && $(id -u) == 0 && -f "$bare/.choreo-compl
 else
   echo "SKIP: the GPU bundle's check needs nvcc, root, debootstrap and a cached bare root ($bare): run scripts/gpu_bundle_check.sh once"
 fi
+step_done "the GPU bundle in a bare Debian root"
 
 # The refactor of issue 10 (one elaborator for check and run) must change no output: the binary of the commit
 # before it is built beside this one and every shipped workflow runs on both (scripts/compare_binaries.sh).
