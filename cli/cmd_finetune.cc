@@ -60,7 +60,7 @@ void run_traces(TracesOptions& o) {
 /// Progress on stderr: on a terminal, one line rewritten; otherwise a line every 5 s and at each epoch's end.
 class TrainProgress {
  public:
-  TrainProgress(const train::TrainAdapterOptions& o) : options_(o), tty_(::isatty(STDERR_FILENO)) {}
+  explicit TrainProgress(const train::TrainAdapterOptions& o) : options_(o), tty_(::isatty(STDERR_FILENO)) {}
 
   void start(const train::TrainAdapterReport& r) {
     if (r.resumed)

@@ -36,6 +36,9 @@ std::vector<model::LoraTarget> check_settings(const TrainAdapterOptions& o) {
         "give --val-traces FILE for held-out rows, or --val FRACTION to hold out part of --traces");
   if (o.epochs < 0) throw InputError(fmt::format("--epochs {} is negative", o.epochs));
   if (o.accumulate < 1) throw InputError(fmt::format("--accumulate {} is not positive", o.accumulate));
+  if (!o.models.adapters.empty())
+    throw InputError("finetune trains an adapter from the base model, and adapters were given over it",
+                     "drop --lora: training starts from the base model");
   return model::parse_lora_targets(o.targets);
 }
 

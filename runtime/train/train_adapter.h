@@ -37,8 +37,8 @@ struct TrainAdapterReport {
 
 /// What train_adapter trains, on what, and where it writes.
 struct TrainAdapterOptions {
-  runtime::ModelOptions
-      models;                   // the base model (its adapters, if any, are ignored: the graph runs the base)
+  /// The base model, without adapters: training starts from it.
+  runtime::ModelOptions models;
   std::string workflow_path;    // one model: a workflow declaring `models:` is an InputError
   std::string traces_path;      // from `choreo finetune traces`
   std::string val_traces_path;  // validation traces of their own; empty: a fraction of traces_path
