@@ -14,6 +14,40 @@
 #include "common/error.h"
 #include "common/input_file.h"
 
+namespace {
+
+/// Parses the command line and runs the chosen command; the exit code says how it ended: 0, 2 for bad usage or
+/// input (the error rendered once, here), 1 for a failure at run time.
+int parse_and_run(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  } catch (const choreo::InputError& e) {
+    std::fputs(e.render().c_str(), stderr);
+    return 2;
+  } catch (const choreo::RuntimeFailure& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{
       "choreo — LLM inference on a global KV cache of messages (Prompt Choreography), on the CPU (--backend).\n"
@@ -50,29 +84,5 @@ int main(int argc, char** argv) {
   choreo::cli::register_cache(app);
   choreo::cli::register_serve(app);
   choreo::cli::register_finetune(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
-  } catch (const choreo::InputError& e) {
-    std::fputs(e.render().c_str(), stderr);
-    return 2;
-  } catch (const choreo::RuntimeFailure& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: out of memory\n");
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  return parse_and_run(app, argc, argv);
 }
