@@ -105,8 +105,9 @@ TEST_SUITE("hostile") {
     ScratchDir s;
     const std::string model = testing::shared_file("models/stories260K.gguf");
     const fs::path results = s.path / "r.jsonl";
-    std::ofstream(results) << "{\"id\": \"1\", \"mode\": \"choreo\", \"prediction\": \"4\", \"gold\": [\"4\"], "
-                              "\"score\": 100}\n";
+    std::ofstream(results)
+        << "{\"id\": \"1\", \"mode\": \"choreo\", \"prediction\": \"4\", \"gold\": [\"4\"], "
+           "\"score\": 1}\n";
     const fs::path empty_dir = s.path / "empty";
     fs::create_directories(empty_dir);
     for (const std::string& target : {empty_dir.string(), std::string("/proc/self/mem")}) {
