@@ -1,10 +1,13 @@
 #include "common/input_file.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "common/error.h"
@@ -32,9 +35,29 @@ std::string mib_text(uint64_t bytes) {
                    "raise the limit with --max-input-mib N (docs/limits.md)", SourceLocation{path, 0, 0});
 }
 
+/// Waits until the FIFO open as `fd` has something to read: data, or the end of what a writer wrote. Until a
+/// writer connects, read() returns 0 as at the end of a file, so a FIFO named before its writer ran read as
+/// empty; poll() tells the two apart (Linux reports POLLHUP on a FIFO only after a writer came and went since
+/// it was opened). Like cat, it waits as long as it takes, and says so after a second.
+void wait_for_writer(int fd, const std::string& path, std::string_view what) {
+  pollfd p{fd, POLLIN, 0};
+  bool said = false;
+  for (;;) {
+    const int n = ::poll(&p, 1, said ? -1 : 1000);
+    if (n > 0) return;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      throw InputError(fmt::format("cannot read {} '{}': {}", what, path, std::strerror(errno)), {},
+                       SourceLocation{path, 0, 0});
+    std::fprintf(stderr, "choreo: waiting for a writer to open %.*s '%s' (a named pipe)\n", int(what.size()),
+                 what.data(), path.c_str());
+    said = true;
+  }
+}
+
 /// Opens `path` for reading without blocking on a FIFO that has no writer yet, and without reading a
 /// directory; the returned descriptor blocks again (a named pipe given on the command line is read as a
-/// stream). `st` receives the file's status.
+/// stream, once its writer has connected). `st` receives the file's status.
 int open_input(const std::string& path, std::string_view what, Origin origin, struct stat& st) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
@@ -61,6 +84,18 @@ int open_input(const std::string& path, std::string_view what, Origin origin, st
   }
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  // A pipe (`<(...)`, /dev/stdin from a shell pipeline) was made with its writer; a named FIFO may not have
+  // one yet.
+  constexpr long kPipeFsMagic = 0x50495045;  // PIPEFS_MAGIC in <linux/magic.h>: an anonymous pipe
+  struct statfs fs_info;
+  if (S_ISFIFO(st.st_mode) && !(::fstatfs(fd, &fs_info) == 0 && long(fs_info.f_type) == kPipeFsMagic)) {
+    try {
+      wait_for_writer(fd, path, what);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+  }
   return fd;
 }
 

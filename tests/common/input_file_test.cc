@@ -5,17 +5,20 @@
 #include "common/input_file.h"
 
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <string>
+#include <thread>
 
+#include "common/error.h"
 #include "dsl/pml/schema_parser.h"
 #include "dsl/workflow_parser.h"
-#include "common/error.h"
 #include "tests/scratch_dir.h"
 #include "tests/test_paths.h"
 
@@ -52,6 +55,52 @@ TEST_CASE("an input file's size is checked before it is read, a directory is nam
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   CHECK(testing::input_error_text([&] { read_input_file(fifo.string(), "src file", 100, Origin::Referred); })
             .find("special file") != std::string::npos);
+}
+
+/// Writes `text` into the FIFO at `path` once a reader has opened it, and a moment later: a reader that takes
+/// a writer not yet connected for the end of the file has returned by then. Gives up after 5 s without a
+/// reader (a reader that returned at once may have come and gone between two looks).
+std::thread write_after_reader_opens(const fs::path& path, std::string text) {
+  return std::thread([path, text = std::move(text)] {
+    int fd = -1;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while ((fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC)) <
+           0) {  // ENXIO until a reader opens
+      if (std::chrono::steady_clock::now() > give_up) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    ::fcntl(fd, F_SETFL, 0);
+    for (size_t done = 0; done < text.size();) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n <= 0) break;
+      done += size_t(n);
+    }
+    ::close(fd);
+  });
+}
+
+// A FIFO opened before its writer reads as at its end; it was reported as an empty workflow (issue 42,
+// finding 12). The reader waits for the writer, as cat does.
+TEST_CASE("a named FIFO is read once its writer connects, whole and line by line") {
+  ScratchDir s;
+  const fs::path fifo = s.path / "pipe";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string text =
+      "name: w\nsteps: []\n" + std::string(100000, '#') + "\n";  // more than a pipe holds
+  std::thread writer = write_after_reader_opens(fifo, text);
+  const std::string read = read_input_file(fifo.string(), "workflow file", 1 << 20);
+  writer.join();
+  CHECK(read == text);
+
+  writer = write_after_reader_opens(fifo, "{\"a\": 1}\n{\"b\": 2}\n");
+  std::vector<std::string> lines;
+  {
+    LineReader reader(fifo.string(), "data file");
+    for (std::string line; reader.next(line);) lines.push_back(line);
+  }
+  writer.join();
+  CHECK(lines == std::vector<std::string>{"{\"a\": 1}", "{\"b\": 2}"});
 }
 
 TEST_CASE("--max-input-mib raises the limits") {
