@@ -11,10 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "common/input_file.h"
+#include "dsl/expr/value.h"
 #include "dsl/workflow_check.h"
 #include "dsl/yaml_errors.h"
 #include "dsl/yaml_reader.h"
-#include "common/input_file.h"
 
 namespace choreo::dsl {
 
@@ -125,13 +126,20 @@ class Parser : private YamlReader {
     return out;
   }
 
-  Literal read_literal(const Node& n, const Text& key) {
+  /// `depth`: the lists `n` sits in. Block lists (`- - - x`) nest deeper than the bracket bound of
+  /// precheck_yaml_text lets flow lists go, so the value bound is checked here, where the file is known.
+  Literal read_literal(const Node& n, const Text& key, int depth = 0) {
     count_node(key.where);
     Literal lit;
     lit.where = n.IsNull() ? key.where : node_location(n);
     if (n.IsSequence()) {
+      if (depth >= expr::kMaxValueDepth)
+        throw file_.error(lit.where,
+                          fmt::format("the value of `{}` nests lists more than {} levels deep", key.value,
+                                      expr::kMaxValueDepth),
+                          "values nest at most that deep (docs/expressions.md, \"Bounds\")");
       lit.type = ValueType::List;
-      for (const Node& item : n) lit.items.push_back(read_literal(item, key));
+      for (const Node& item : n) lit.items.push_back(read_literal(item, key, depth + 1));
       return lit;
     }
     if (!n.IsScalar()) {

@@ -1,11 +1,13 @@
 #include "dsl/yaml_reader.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cmath>
+#include <sstream>
 
 #include "dsl/workflow_parser.h"
 
@@ -39,6 +41,36 @@ bool is_integer_literal(std::string_view s) {
 }
 
 std::string kind_name(const Node& n) { return yaml_kind_name(n); }
+
+/// Counts a document's alias references (`*name`); the loaded nodes no longer tell an alias from a copy.
+class AliasCounter : public YAML::EventHandler {
+ public:
+  size_t n_aliases = 0;
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override { ++n_aliases; }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+  }
+  void OnMapEnd() override {}
+};
+
+/// True when `text` (a document yaml-cpp has loaded once already) refers to an anchor.
+bool has_aliases(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  AliasCounter counter;
+  try {
+    while (parser.HandleNextDocument(counter)) {
+    }
+  } catch (const YAML::Exception&) {  // a later document's error: the workflow reader reports it elsewhere
+  }
+  return counter.n_aliases > 0;
+}
 
 }  // namespace
 
@@ -81,10 +113,19 @@ bool is_number_literal(std::string_view s) {
 }
 
 void YamlReader::count_node(const SourceLocation& where) {
-  if (++nodes_visited_ > kMaxNodesVisited) {
-    throw file_.error(where, "workflow is too large after expanding YAML aliases",
-                      "use fewer nested `*alias` references");
-  }
+  if (++nodes_visited_ <= kMaxNodesVisited) return;
+  // Reached only once per file, so the second parse it takes to tell the two causes apart costs nothing.
+  if (has_aliases(file_.text()))
+    throw file_.error(
+        where,
+        fmt::format("workflow is too large after expanding YAML aliases: more than {} keys, values "
+                    "and list items",
+                    kMaxNodesVisited),
+        "use fewer nested `*alias` references");
+  throw file_.error(where,
+                    fmt::format("workflow has more than {} keys, values and list items", kMaxNodesVisited),
+                    "a workflow is a page or two: write a long list as a comprehension (\"x[i] for i in "
+                    "range(n)\"), and keep data in --inputs or eval --data files");
 }
 
 /// Byte offset where a node's own text starts (after any `&anchor` and `!tag`), or npos if unknown.

@@ -4,13 +4,15 @@
 #include "dsl/workflow_parser.h"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include "dsl/yaml_errors.h"
 #include "common/error.h"
+#include "dsl/expr/value.h"
+#include "dsl/yaml_errors.h"
 
 namespace choreo::dsl {
 namespace {
@@ -472,6 +474,33 @@ TEST_CASE("workflow: malformed files name the culprit's line and column") {
   }
   SUBCASE("nesting too deep is refused before yaml-cpp sees it") {
     expect_error("name: t\nsteps: " + std::string(100, '[') + "\n", 2, 72, "nested too deeply");
+  }
+  // Block lists (`- - x`) pass the bracket bound; the value bound is checked at the list too deep (it once
+  // was an error without file:line: issue 42, finding 12).
+  SUBCASE("a param's value nested past the value bound by block lists") {
+    std::string dashes;
+    for (int i = 0; i < expr::kMaxValueDepth + 6; ++i) dashes += "- ";
+    expect_error("name: t\nparams:\n  p:\n    " + dashes + "1\nsteps: []\n", 4, 5 + 2 * expr::kMaxValueDepth,
+                 "the value of `p` nests lists more than 64 levels deep");
+  }
+  // Too many nodes is blamed on aliases only when the file has some.
+  SUBCASE("too many nodes, written out or made by aliases") {
+    std::string items;
+    for (int i = 0; i < 200001; ++i) items += i ? ", m" : "m";
+    const InputError written =
+        error_of(kHead + "steps:\n  - decode: {as: a, header: x, parents: [" + items + "]}\n");
+    CHECK(written.message().find("has more than 200000 keys, values and list items") != std::string::npos);
+    CHECK(written.message().find("alias") == std::string::npos);
+    CHECK(written.where().line == 5);
+    std::string bomb =
+        kHead + "steps:\n  - repeat: \"r in range(1)\"\n    steps: &s0 [{decode: {as: b, header: x}}]\n";
+    for (int i = 1; i < 20; ++i)
+      bomb += fmt::format(
+          "  - repeat: \"r{0} in range(1)\"\n    steps: &s{0} [{{repeat: \"q in range(1)\", steps: *s{1}}}, "
+          "{{repeat: \"p in range(1)\", steps: *s{1}}}]\n",
+          i, i - 1);
+    const InputError expanded = error_of(bomb);
+    CHECK(expanded.message().find("too large after expanding YAML aliases") != std::string::npos);
   }
 }
 
