@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/input_file.h"
+#include "common/utf8.h"
 
 namespace choreo::dsl {
 
@@ -14,38 +15,6 @@ constexpr int kMaxFlowDepth = 64;           // yaml-cpp recurses per level; keep
 constexpr int kMaxIndentColumns = 256;      // block nesting needs one column per level at least
 
 bool is_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
-
-/// Length of the valid UTF-8 sequence starting at s[i], or 0 if it is not one.
-size_t utf8_sequence_length(std::string_view s, size_t i) {
-  auto c = static_cast<unsigned char>(s[i]);
-  if (c < 0x80) return 1;
-  size_t n = 0;
-  uint32_t code = 0;
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-    code = c & 0x1F;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    code = c & 0x0F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    code = c & 0x07;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    auto d = static_cast<unsigned char>(s[i + k]);
-    if (!is_continuation(d)) return 0;
-    code = (code << 6) | (d & 0x3F);
-  }
-  // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
-  if ((n == 3 && code < 0x800) || (n == 4 && (code < 0x10000 || code > 0x10FFFF)) ||
-      (code >= 0xD800 && code <= 0xDFFF)) {
-    return 0;
-  }
-  return n;
-}
 
 }  // namespace
 
@@ -113,7 +82,7 @@ void precheck_yaml_text(const SourceFile& file) {
     if (c == '\0') {
       throw file.error(file.at_offset(i), "NUL byte in workflow file", "is this a binary file?");
     }
-    size_t n = utf8_sequence_length(s, i);
+    size_t n = valid_utf8_length(s, i);
     if (n == 0) {
       throw file.error(file.at_offset(i),
                        fmt::format("invalid UTF-8 byte 0x{:02X}", static_cast<unsigned char>(c)),

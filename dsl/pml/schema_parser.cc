@@ -1,14 +1,16 @@
 #include "dsl/pml/schema_parser.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <set>
 
-#include <fmt/format.h>
-
+#include "common/input_file.h"
+#include "common/utf8.h"
 #include "dsl/pml/whitespace.h"
 #include "dsl/pml/xml.h"
-#include "common/input_file.h"
 
 namespace choreo::dsl::pml {
 
@@ -175,6 +177,18 @@ class SchemaParser {
         throw error_at_attribute(*src, fmt::format("src file '{}' not found", path.string()),
                                  "src= paths are relative to the schema file's directory");
       std::string text = read_input_file(path.string(), "src file", input_policy().file_bytes, Origin::Referred);
+      // Its place and byte, but not its line: a src= file is not quoted (it may be anything a schema names).
+      if (const size_t bad = find_invalid_text_byte(text); bad != std::string::npos) {
+        const int line = 1 + int(std::count(text.begin(), text.begin() + ptrdiff_t(bad), '\n'));
+        const std::string what =
+            text[bad] == '\0' ? std::string("a NUL byte")
+                              : fmt::format("the byte 0x{:02X}, which is not UTF-8", uint8_t(text[bad]));
+        throw error_at_attribute(
+            *src,
+            fmt::format("src file '{}': line {} (byte {} of the file) holds {}", path.string(), line, bad + 1,
+                        what),
+            "module text must be UTF-8 without NUL bytes, as PML and workflow files are");
+      }
       if (auto t = spacing_.take_literal(text)) {
         t->where = SourceLocation{path.string(), 1, 1};
         m.body.push_back({std::move(*t)});

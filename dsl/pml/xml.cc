@@ -61,6 +61,13 @@ class Reader {
       : doc_{indexed_source(text, start), {}}, text_(doc_.source->text) {}
 
   XmlDocument read() {
+    // The bytes workflow YAML refuses are refused here too: a NUL, and anything that is not UTF-8.
+    if (const size_t bad = find_invalid_text_byte(text_); bad != std::string_view::npos)
+      throw error(bad,
+                  text_[bad] == '\0' ? std::string("NUL byte in PML text")
+                                     : fmt::format("invalid UTF-8 byte 0x{:02X}", uint8_t(text_[bad])),
+                  text_[bad] == '\0' ? "is this a binary file?"
+                                     : "PML text must be UTF-8 encoded; re-save it as UTF-8");
     if (text_.compare(0, 3, "\xEF\xBB\xBF") == 0) pos_ = 3;  // UTF-8 byte order mark
     skip_misc(true);
     if (pos_ >= text_.size())

@@ -1,13 +1,18 @@
 // Malformed PML schemas and prompts: each must be an InputError naming the file, the line:col of the offending
 // construct (worked out by hand from the text below) and what is wrong.
 
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <string_view>
-
-#include <doctest/doctest.h>
+#include <utility>
 
 #include "dsl/pml/prompt_parser.h"
 #include "dsl/pml/schema_parser.h"
+#include "tests/scratch_dir.h"
+#include "tests/test_paths.h"
 
 namespace choreo::dsl::pml {
 namespace {
@@ -116,6 +121,37 @@ TEST_CASE("pml errors: parameter lengths and src files") {
               "src file 'nope.txt' not found");
   check_error(schema_error("<schema name=\"s\">\n<module name=\"a\" src=\"x.txt\">body</module>\n</schema>"),
               "bad.pml:2:30", "module 'a' has src=\"x.txt\" and content of its own");
+}
+
+// Workflow YAML refused these bytes and PML read them (issue 42, finding 12).
+TEST_CASE("pml errors: a NUL byte and bytes that are not UTF-8, in a schema, a prompt and a src= file") {
+  check_error(
+      schema_error(std::string("<schema name=\"s\">\n<module name=\"m\">a\xff b</module>\n</schema>")),
+      "bad.pml:2:19", "invalid UTF-8 byte 0xFF");
+  check_error(
+      schema_error(std::string_view("<schema name=\"s\">\n<module name=\"m\">a\0b</module>\n</schema>", 57)),
+      "bad.pml:2:19", "NUL byte in PML text");
+  check_error(schema_error("<schema name=\"s\">\n<module name=\"m\">\xc3\x28</module>\n</schema>"),
+              "bad.pml:2:18",
+              "invalid UTF-8 byte 0xC3");  // a lead byte without its continuation
+  check_error(prompt_error("<prompt schema=\"s\">\n  caf\xe9\n</prompt>"), "p.pml:2:6",
+              "invalid UTF-8 byte 0xE9");
+  CHECK(schema_error("<schema name=\"s\"><module name=\"m\">caf\xc3\xa9 \xe2\x82\xac</module></schema>") ==
+        "(no error)");
+
+  testing::ScratchDir dir;
+  const std::string schema = (dir.path / "s.pml").string();
+  std::ofstream(schema) << "<schema name=\"s\">\n<module name=\"m\" src=\"t.txt\"/>\n</schema>\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {std::string("one\ntwo \xff", 9), "line 2 (byte 9 of the file) holds the byte 0xFF"},
+      {std::string("one\0", 4), "line 1 (byte 4 of the file) holds a NUL byte"}};
+  for (const auto& [text, says] : cases) {
+    std::ofstream(dir.path / "t.txt", std::ios::binary) << text;
+    const std::string what = testing::input_error_text([&] { load_schema(schema); });
+    INFO(what);
+    CHECK(what.find(schema + ":2:18: ") != std::string::npos);
+    CHECK(what.find(says) != std::string::npos);
+  }
 }
 
 TEST_CASE("pml errors: prompts") {
