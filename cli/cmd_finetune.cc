@@ -66,10 +66,17 @@ class TrainProgress {
     if (r.resumed)
       std::fprintf(stderr, "finetune: resuming %s after epoch %d (%zu steps)\n", r.checkpoint.c_str(), r.epochs_resumed,
                    size_t(r.steps_resumed));
-    std::fprintf(stderr,
-                 "finetune: %zu training and %zu validation traces, %zu LoRA values; validation loss %.4f/token "
-                 "(the baseline's: %.4f)\n",
-                 r.n_train, r.n_val, r.n_values, r.before_val_loss, r.baseline_val_loss);
+    validated_ = r.n_val > 0;
+    if (validated_)
+      std::fprintf(
+          stderr,
+          "finetune: %zu training and %zu validation traces, %zu LoRA values; validation loss %.4f/token "
+          "(the baseline's: %.4f)\n",
+          r.n_train, r.n_val, r.n_values, r.before_val_loss, r.baseline_val_loss);
+    else
+      std::fprintf(stderr,
+                   "finetune: %zu training traces and no validation traces (--val 0), %zu LoRA values\n",
+                   r.n_train, r.n_values);
     start_ms_ = steady_ms();
   }
   void example(int epoch, size_t k, size_t n, double loss) {
@@ -80,32 +87,41 @@ class TrainProgress {
                  options_.epochs, k + 1, n, loss, (now - start_ms_) / 1000.0, tty_ ? "" : "\n");
   }
   void epoch(const train::EpochReport& r, bool written) {
-    std::fprintf(stderr, "%sfinetune: epoch %d: training loss %.4f/token, validation loss %.4f/token, %zu steps%s%s\n",
-                 tty_ ? "\r\033[K" : "", r.epoch, r.train_loss, r.val_loss, r.steps,
-                 r.recomputed ? fmt::format(", {} traces with activation recomputation", r.recomputed).c_str() : "",
-                 written ? fmt::format("; wrote {}", options_.out_path).c_str() : "");
+    std::fprintf(
+        stderr, "%sfinetune: epoch %d: training loss %.4f/token, %s, %zu steps%s%s\n", tty_ ? "\r\033[K" : "",
+        r.epoch, r.train_loss,
+        validated_ ? fmt::format("validation loss {:.4f}/token", r.val_loss).c_str() : "no validation",
+        r.steps,
+        r.recomputed ? fmt::format(", {} traces with activation recomputation", r.recomputed).c_str() : "",
+        written ? fmt::format("; wrote {}", options_.out_path).c_str() : "");
   }
 
  private:
   const train::TrainAdapterOptions& options_;
   const bool tty_;
+  bool validated_ = true;  // false with no validation traces (--val 0): there is no validation loss to print
   double start_ms_ = 0, last_print_ms_ = 0;
 };
 
 void print_trained(const train::TrainAdapterOptions& o, const train::TrainAdapterReport& r) {
-  std::printf("finetune: wrote %s (rank %d, alpha %g, %s%s); validation loss %.4f/token before, %.4f after\n",
-              o.out_path.c_str(), o.rank, o.alpha, o.targets.c_str(),
-              o.layers.empty() ? "" : fmt::format(", layers {}", o.layers).c_str(), r.before_val_loss,
-              r.after_val_loss);
+  const std::string validation = r.n_val > 0
+                                     ? fmt::format("validation loss {:.4f}/token before, {:.4f} after",
+                                                   r.before_val_loss, r.after_val_loss)
+                                     : std::string("no validation traces (--val 0)");
+  std::printf("finetune: wrote %s (rank %d, alpha %g, %s%s); %s\n", o.out_path.c_str(), o.rank, o.alpha,
+              o.targets.c_str(), o.layers.empty() ? "" : fmt::format(", layers {}", o.layers).c_str(),
+              validation.c_str());
   if (r.n_val > 0)
     std::printf("finetune: held-out log-loss gap to the baseline (prefix mode, %.4f/token): %+.4f before, %+.4f after\n",
                 r.baseline_val_loss, r.before_val_loss - r.baseline_val_loss, r.after_val_loss - r.baseline_val_loss);
-  if (r.epochs_run > 0 && r.train_seconds > 0 && r.forward_seconds > 0)
-    std::printf("finetune: training %.0f tokens/s (forward, backward and the step, with each epoch's validation pass; %zu "
-                "tokens per epoch), forward "
-                "only %.0f tokens/s\n",
-                double(r.train_tokens) * r.epochs_run / r.train_seconds, r.train_tokens,
-                double(r.val_tokens) / r.forward_seconds);
+  if (r.epochs_run > 0 && r.train_seconds > 0)
+    std::printf(
+        "finetune: training %.0f tokens/s (forward, backward and the step%s; %zu tokens per epoch)%s\n",
+        double(r.train_tokens) * r.epochs_run / r.train_seconds,
+        r.n_val > 0 ? ", with each epoch's validation pass" : "", r.train_tokens,
+        r.n_val > 0 && r.forward_seconds > 0
+            ? fmt::format(", forward only {:.0f} tokens/s", double(r.val_tokens) / r.forward_seconds).c_str()
+            : "");
 }
 
 void run_train(TrainOptions& o) {

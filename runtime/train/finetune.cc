@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -13,6 +15,7 @@
 #include "dsl/workflow_parser.h"
 #include "runtime/eval/results.h"
 #include "runtime/exec/interpreter.h"
+#include "runtime/exec/json_line.h"
 
 namespace choreo::train {
 
@@ -26,6 +29,76 @@ nlohmann::json trace_json(const Trace& trace) {
           {"calls", std::move(calls)}};
 }
 
+namespace {
+
+/// The fields of one trace line, read as `finetune traces` writes them; anything else is an InputError (made
+/// by `bad`) that names the field and what it holds, never nlohmann's words.
+class TraceReader {
+ public:
+  TraceReader(const nlohmann::json& value, std::function<InputError(const std::string&)> bad)
+      : value_(value), bad_(std::move(bad)) {}
+
+  const nlohmann::json& field(const nlohmann::json& object, const char* key,
+                              std::string_view owner = {}) const {
+    const auto it = object.find(key);
+    if (it == object.end()) throw bad_(fmt::format("{}there is no \"{}\"", owner, key));
+    return *it;
+  }
+  /// A whole number in [low, high] (`name` as errors quote it).
+  int64_t integer(const nlohmann::json& v, const std::string& name, int64_t low, int64_t high) const {
+    if (!v.is_number_integer())
+      throw bad_(fmt::format("{} is {}, not a whole number", name, exec::type_name(v)));
+    if (!inside(v, low, high)) throw bad_(fmt::format("{} is {}, outside {}..{}", name, v.dump(), low, high));
+    return v.get<int64_t>();
+  }
+  std::map<std::string, std::string> strings(const char* key) const {
+    const nlohmann::json& v = field(value_, key);
+    if (!v.is_object())
+      throw bad_(fmt::format("\"{}\" is {}, not an object of strings", key, exec::type_name(v)));
+    std::map<std::string, std::string> out;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (!it->is_string())
+        throw bad_(fmt::format("\"{}\" holds \"{}\": {}, not a string", key, it.key(), exec::type_name(*it)));
+      out.emplace(it.key(), it->get<std::string>());
+    }
+    return out;
+  }
+  TraceCall call(const nlohmann::json& c, size_t k, int n_vocab) const {
+    const std::string owner = fmt::format("call {}: ", k);
+    if (!c.is_object()) throw bad_(fmt::format("{}it is {}, not an object", owner, exec::type_name(c)));
+    const nlohmann::json& name = field(c, "name", owner);
+    if (!name.is_string())
+      throw bad_(fmt::format("{}\"name\" is {}, not a string", owner, exec::type_name(name)));
+    const nlohmann::json& generated = field(c, "generated", owner);
+    if (!generated.is_array())
+      throw bad_(
+          fmt::format("{}\"generated\" is {}, not a list of token ids", owner, exec::type_name(generated)));
+    TraceCall call{name.get<std::string>(), {}};
+    for (const nlohmann::json& token : generated) {
+      if (!token.is_number_integer())
+        throw bad_(fmt::format("call '{}': \"generated\" holds {}, not a token id", call.name, token.dump()));
+      if (!inside(token, 0, n_vocab - 1))
+        throw bad_(fmt::format("call '{}' has token {}, outside the model's vocabulary of {}", call.name,
+                               token.dump(), n_vocab));
+      call.generated.push_back(int32_t(token.get<int64_t>()));
+    }
+    return call;
+  }
+
+ private:
+  /// Whether the integer `v` is in [low, high]; nlohmann keeps integers past int64's range as unsigned.
+  static bool inside(const nlohmann::json& v, int64_t low, int64_t high) {
+    if (v.is_number_unsigned())
+      return v.get<uint64_t>() <= uint64_t(high) && int64_t(v.get<uint64_t>()) >= low;
+    return v.get<int64_t>() >= low && v.get<int64_t>() <= high;
+  }
+
+  const nlohmann::json& value_;
+  std::function<InputError(const std::string&)> bad_;
+};
+
+}  // namespace
+
 std::vector<Trace> read_traces(const std::string& path, int n_vocab) {
   const eval::JsonLinesFile file = eval::read_json_lines(path, kTraceLines);
   std::vector<Trace> out;
@@ -38,23 +111,16 @@ std::vector<Trace> read_traces(const std::string& path, int n_vocab) {
                         at);
     };
     if (!v.is_object()) throw bad("the line is not a JSON object");
+    const TraceReader r(v, bad);
     Trace t;
-    try {
-      t.line = v.at("line").get<int>();
-      t.arguments.inputs = v.at("inputs").get<std::map<std::string, std::string>>();
-      t.arguments.params = v.at("params").get<std::map<std::string, std::string>>();
-      t.arguments.max_steps = v.at("max_steps").get<int64_t>();
-      for (const nlohmann::json& c : v.at("calls")) {
-        TraceCall call{c.at("name").get<std::string>(), c.at("generated").get<std::vector<int32_t>>()};
-        for (int32_t tok : call.generated)
-          if (tok < 0 || tok >= n_vocab)
-            throw bad(fmt::format("call '{}' has token {}, outside the model's vocabulary of {}", call.name, tok,
-                                  n_vocab));
-        t.calls.push_back(std::move(call));
-      }
-    } catch (const nlohmann::json::exception& e) {
-      throw bad(e.what());
-    }
+    t.line = int(r.integer(r.field(v, "line"), "\"line\"", 1, std::numeric_limits<int>::max()));
+    t.arguments.inputs = r.strings("inputs");
+    t.arguments.params = r.strings("params");
+    t.arguments.max_steps =
+        r.integer(r.field(v, "max_steps"), "\"max_steps\"", 1, std::numeric_limits<int64_t>::max());
+    const nlohmann::json& calls = r.field(v, "calls");
+    if (!calls.is_array()) throw bad(fmt::format("\"calls\" is {}, not a list", exec::type_name(calls)));
+    for (size_t k = 0; k < calls.size(); ++k) t.calls.push_back(r.call(calls[k], k, n_vocab));
     if (t.calls.empty()) throw bad("it has no decode calls");
     out.push_back(std::move(t));
   }

@@ -7,26 +7,27 @@
 // - bad input (rank 0, an empty traces file, a trace of another workflow, more tokens than a call's
 //   max_tokens, a malformed line) is exit 2 before any training step, and writes nothing.
 
+#include "runtime/train/finetune.h"
+
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "dsl/workflow_parser.h"
 #include "runtime/exec/interpreter.h"
 #include "runtime/kv/page_pool.h"
 #include "runtime/model/gguf.h"
 #include "runtime/model/sampler.h"
-#include "runtime/train/finetune.h"
-#include "runtime/train/graph.h"
 #include "runtime/model/session.h"
+#include "runtime/train/graph.h"
 #include "tests/cli_process.h"
 #include "tests/reference/reference.h"
 #include "tests/scratch_dir.h"
@@ -295,6 +296,65 @@ TEST_CASE("finetune train: activation recomputation writes the same adapter, and
   const testing::ProcessResult both = train((toy.dir.path / "w.gguf").string(), {"--val-traces", val, "--val", "0.2"});
   CHECK(both.exit_code == 2);
   CHECK(both.err.find("--val and --val-traces") != std::string::npos);
+  // No validation traces: no validation loss is printed (it was "nan": issue 42, finding 12).
+  const testing::ProcessResult none =
+      toy.choreo({"finetune", "train", toy.workflow, "--traces", traces, "--rank", "2", "--epochs", "1",
+                  "--val", "0", "-o", (toy.dir.path / "n.gguf").string(), "-m", toy.model});
+  INFO(none.out, none.err);
+  REQUIRE(none.exit_code == 0);
+  CHECK(none.out.find("no validation traces (--val 0)") != std::string::npos);
+  CHECK(none.err.find("no validation traces") != std::string::npos);
+  for (const std::string& printed : {none.out, none.err}) {
+    CHECK(printed.find("nan") == std::string::npos);
+    CHECK(printed.find("validation loss") == std::string::npos);
+  }
+}
+
+// A trace line that is not what `finetune traces` writes is named by its field and what that holds; the
+// message was nlohmann's ("[json.exception.type_error.302] type must be number, but is string"), and a
+// fractional token id was truncated to a token (issue 42, finding 12).
+TEST_CASE("finetune traces files: a malformed trace names its field and what it holds, in choreo's words") {
+  testing::ScratchDir dir;
+  const std::string path = (dir.path / "t.jsonl").string();
+  const int n_vocab = testing::stories260k().model->config().n_vocab;
+  const struct {
+    std::function<void(nlohmann::json&)> edit;
+    std::string says;
+  } cases[] = {
+      {[](nlohmann::json& t) { t["line"] = "7"; }, "\"line\" is a string, not a whole number"},
+      {[](nlohmann::json& t) { t["line"] = 0; }, "\"line\" is 0, outside 1..2147483647"},
+      {[](nlohmann::json& t) { t["line"] = 1e10; }, "\"line\" is a number, not a whole number"},
+      {[](nlohmann::json& t) { t.erase("inputs"); }, "there is no \"inputs\""},
+      {[](nlohmann::json& t) { t["inputs"]["name"] = 3; },
+       "\"inputs\" holds \"name\": an integer, not a string"},
+      {[](nlohmann::json& t) { t["params"] = nlohmann::json::array(); },
+       "\"params\" is a list, not an object"},
+      {[](nlohmann::json& t) { t["max_steps"] = -1; }, "\"max_steps\" is -1, outside 1.."},
+      {[](nlohmann::json& t) { t["calls"] = 7; }, "\"calls\" is an integer, not a list"},
+      {[](nlohmann::json& t) { t["calls"][0] = "next"; }, "call 0: it is a string, not an object"},
+      {[](nlohmann::json& t) { t["calls"][0].erase("name"); }, "call 0: there is no \"name\""},
+      {[](nlohmann::json& t) { t["calls"][0]["generated"] = "abc"; },
+       "call 0: \"generated\" is a string, not a list"},
+      {[](nlohmann::json& t) { t["calls"][0]["generated"][2] = 1.5; },
+       "call 'next': \"generated\" holds 1.5"},
+      {[](nlohmann::json& t) { t["calls"][0]["generated"][2] = -1; },
+       "has token -1, outside the model's vocabulary"},
+      {[](nlohmann::json& t) { t["calls"][0]["generated"][2] = uint64_t(1) << 63; },
+       "outside the model's vocabulary"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.says);
+    testing::write_fixed_traces(path, [&](nlohmann::json& t) {
+      if (t["line"] == 2) c.edit(t);
+    });
+    const std::string what = testing::input_error_text([&] { train::read_traces(path, n_vocab); });
+    INFO(what);
+    CHECK(what.find(path + ":2:1: not a trace: ") != std::string::npos);
+    CHECK(what.find(c.says) != std::string::npos);
+    CHECK(what.find("json.exception") == std::string::npos);
+  }
+  testing::write_fixed_traces(path);
+  CHECK(train::read_traces(path, n_vocab).size() == std::size(kNames));  // the unedited file reads
 }
 
 TEST_CASE("finetune: the graph of a teacher-forced run has the engine's log-loss, in choreo and in prefix mode") {
