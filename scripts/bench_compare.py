@@ -7,7 +7,7 @@ usage: scripts/bench_compare.py [MODEL.gguf ...] [-t 2] [-r 5] [--rows idle,dept
                                 [--peer python]
 
 Models: by default SmolLM2-135M-Instruct Q4_1 (the one scripts/setup.sh installs) and the Llama-3.2-1B shape
-in Q8_0 and Q4_0, made by `choreo model synth` into ~/.cache/choreo/bench-models when missing.
+in Q8_0 and Q4_0, made by `choreo model synth` into bench-models/ of choreo's cache (scripts/choreo_cache.py) when missing.
 
 The peer: llama-bench and llama-batched-bench built natively from the llama.cpp source that the
 llama-cpp-python sdist vendors (scripts/build_peer.sh builds and caches them on first use). `--peer python`
@@ -41,8 +41,9 @@ import subprocess
 import sys
 import time
 
+from choreo_cache import CACHE, DEFAULT_MODEL
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "choreo")
 BYTES_PER_ELEMENT = {"F32": 4.0, "F16": 2.0, "BF16": 2.0, "Q8_0": 34 / 32, "Q4_0": 18 / 32, "Q4_1": 20 / 32}
 
 
@@ -52,7 +53,7 @@ def run(cmd, **kw):
 
 def default_models(choreo):
     models = []
-    smol = os.environ.get("CHOREO_MODEL") or os.path.join(CACHE, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    smol = os.environ.get("CHOREO_MODEL") or DEFAULT_MODEL
     if os.path.exists(smol):
         models.append(smol)
     else:

@@ -33,8 +33,9 @@ import sys
 import time
 from pathlib import Path
 
+from choreo_cache import DEFAULT_MODEL
+
 ROOT = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "choreo"
 
 PROBLEM = ("A farmer has 17 sheep. All but 9 run away. Then he buys twice as many sheep as he has left, and "
            "sells 5. How many sheep does he have now? Explain your reasoning step by step.")
@@ -155,7 +156,7 @@ def busy_neighbour(enabled):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-m", "--model", default=str(CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    p.add_argument("-m", "--model", default=DEFAULT_MODEL)
     p.add_argument("-r", "--rounds", type=int, default=5)
     p.add_argument("-n", type=int, default=32, help="tokens every request generates (forced)")
     p.add_argument("-t", "--threads", type=int, default=2)

@@ -36,9 +36,9 @@ import tempfile
 import time
 
 from bench_lock import machine_turn
+from choreo_cache import DEFAULT_MODEL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_MODEL = os.path.expanduser("~/.cache/choreo/models/SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def documents(n, chars):

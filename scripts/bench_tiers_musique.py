@@ -32,9 +32,9 @@ import tempfile
 import time
 
 from bench_lock import machine_turn
+from choreo_cache import DEFAULT_MODEL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_MODEL = os.path.expanduser("~/.cache/choreo/models/SmolLM2-135M-Instruct.Q4_1.gguf")
 SHARED = os.environ.get("CHOREO_SHARED", os.path.join(ROOT, "..", "shared"))
 
 

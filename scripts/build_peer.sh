@@ -13,8 +13,9 @@
 set -euo pipefail
 
 VERSION=0.3.36
-CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/choreo"
-VENV="$CACHE/venv"
+source "$(dirname "${BASH_SOURCE[0]}")/cache_paths.sh"
+CACHE="$CHOREO_CACHE"
+VENV="$CHOREO_VENV"
 PEER="$CACHE/peer/llama-cpp-python-$VERSION"
 TOOLS=(llama-bench llama-batched-bench llama-server)
 FLAVOUR=""

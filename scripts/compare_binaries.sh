@@ -22,7 +22,7 @@
 # and run the script under the machine's build lock (flock /tmp/choreo-cpu.lock scripts/compare_binaries.sh ...).
 #
 # Environment (all optional):
-#   CHOREO_MODEL      the chat model (default ~/.cache/choreo/models/SmolLM2-135M-Instruct.Q4_1.gguf)
+#   CHOREO_MODEL      the chat model (default: the one scripts/setup.sh installs, scripts/cache_paths.sh)
 #   CHOREO_SHARED     shared test data; its models/stories260K.gguf is the second model (default ../shared)
 #   MAX_TOKENS        every max_tokens in the workflows is capped at this (default 32), to keep runs short
 #   THREADS           -t for every run (default 2)
@@ -45,8 +45,9 @@ for b in "$old_bin" "$new_bin"; do
 done
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$root/scripts/cache_paths.sh"
 shared="${CHOREO_SHARED:-$root/../shared}"
-chat_model="${CHOREO_MODEL:-$HOME/.cache/choreo/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
+chat_model="${CHOREO_MODEL:-$CHOREO_DEFAULT_MODEL}"
 small_model="$shared/models/stories260K.gguf"
 max_tokens="${MAX_TOKENS:-32}"
 threads="${THREADS:-2}"

@@ -18,7 +18,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUNDLE="$(cd "${1:-$ROOT/gpu-bundle}" && pwd)"
-BARE="${CHOREO_BARE_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/choreo/bare-bookworm}"
+source "$ROOT/scripts/cache_paths.sh"
+BARE="${CHOREO_BARE_ROOT:-$CHOREO_CACHE/bare-bookworm}"
 MIRROR="${CHOREO_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
 die() { echo "gpu_bundle_check: $*" >&2; exit 2; }

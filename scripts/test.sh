@@ -13,8 +13,9 @@ step_done() { local now; now=$(date +%s); echo "step: $1 took $(( now - step_sta
 scripts/setup.sh --no-run
 step_done "setup (packages, reference tools, build, model)"
 
-CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/choreo"
-export CHOREO_PYTHON="${CHOREO_VENV:-$CACHE/venv}/bin/python"
+source scripts/cache_paths.sh
+CACHE="$CHOREO_CACHE"
+export CHOREO_PYTHON="$CHOREO_VENV/bin/python"
 export CHOREO_SHARED="${CHOREO_SHARED:-$ROOT/../shared}"
 [[ -d "$CHOREO_SHARED" ]] || { echo "error: shared data not found at $CHOREO_SHARED (set CHOREO_SHARED)" >&2; exit 1; }
 
