@@ -18,7 +18,9 @@ SUDO=""
 PACKAGES=(build-essential cmake ninja-build pkg-config git unzip python3 python3-pip python3-venv
   libyaml-cpp-dev libfmt-dev libcli11-dev libtomlplusplus-dev doctest-dev libpcre2-dev nlohmann-json3-dev
   libxxhash-dev libsodium-dev libhiredis-dev redis-server libzstd-dev libopenblas-dev libboost-context-dev libbenchmark-dev clang libclang-rt-14-dev graphviz
-  stress-ng)  # stress-ng: the busy neighbour of scripts/bench_compare.py
+  stress-ng librsvg2-bin libpng-dev fonts-dejavu-core)
+# stress-ng: the busy neighbour of scripts/bench_compare.py; librsvg2-bin (rsvg-convert), libpng-dev and
+# fonts-dejavu-core: the test that renders profile reuse's figures to PNG and looks at the picture.
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/suggest.h"
+#include "runtime/eval/svg_fit.h"
 
 namespace choreo::eval {
 
@@ -69,16 +70,40 @@ std::string svg_text(double x, double y, std::string_view content, std::string_v
                      attributes, xml_escape(content));
 }
 
-/// The opening of a figure: the root element, a white page, the document title, the title and a caption line.
-std::string svg_open(double width, double height, std::string_view title, std::string_view caption) {
+/// A figure's title (16 px, bold) and caption (12 px) above its plot, each wrapped to the figure's width: a
+/// title naming two model files is often wider than the figure, and was cut off at both edges.
+struct Header {
+  static constexpr double kMargin = 12, kTitlePx = 16, kCaptionPx = 12, kTitleLine = 20, kCaptionLine = 16;
+  std::string title;
+  std::vector<std::string> title_lines, caption_lines;
+  Header(double width, std::string_view title_text, std::string_view caption)
+      : title(title_text),
+        title_lines(wrap_to_width(title_text, kTitlePx, width - 2 * kMargin)),
+        caption_lines(wrap_to_width(caption, kCaptionPx, width - 2 * kMargin)) {}
+  /// Where the plot starts: 64 px below the top for one line of each, more for each line more.
+  double height() const {
+    return 64 + kTitleLine * double(title_lines.size() - 1) + kCaptionLine * double(caption_lines.size() - 1);
+  }
+};
+
+/// The opening of a figure: the root element, a white page, the document title, the title and caption lines.
+std::string svg_open(double width, double height, const Header& header) {
   std::string out = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {0:.0f} {1:.0f}\" width=\"{0:.0f}\" "
       "height=\"{1:.0f}\" font-family=\"sans-serif\" font-size=\"12\">\n",
       width, height);
-  out += fmt::format("<title>{}</title>\n", xml_escape(title));
+  out += fmt::format("<title>{}</title>\n", xml_escape(header.title));
   out += fmt::format("<rect width=\"{:.0f}\" height=\"{:.0f}\" fill=\"#ffffff\"/>\n", width, height);
-  out += svg_text(width / 2, 24, title, "text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\"");
-  out += svg_text(width / 2, 44, caption, "text-anchor=\"middle\" fill=\"#555555\"");
+  double baseline = 24;
+  for (const std::string& line : header.title_lines) {
+    out += svg_text(width / 2, baseline, line,
+                    "class=\"title\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\"");
+    baseline += Header::kTitleLine;
+  }
+  for (const std::string& line : header.caption_lines) {
+    out += svg_text(width / 2, baseline, line, "class=\"caption\" text-anchor=\"middle\" fill=\"#555555\"");
+    baseline += Header::kCaptionLine;
+  }
   return out;
 }
 
@@ -139,15 +164,18 @@ struct LossBounds {
 
 // ---- the heatmap --------------------------------------------------------------------------------
 
-/// Where the heatmap's parts go: cells of side cell() in a square plot, row e = n_layers at the top.
+/// Where the heatmap's parts go: cells of side cell() in a square plot below the header (`top`), row
+/// e = n_layers at the top.
 struct HeatmapLayout {
-  static constexpr double kLeft = 72, kTop = 64, kPlot = 480, kLegend = 150, kBottom = 56;
+  static constexpr double kLeft = 72, kPlot = 480, kLegend = 150, kBottom = 56;
+  static constexpr double kWidth = kLeft + kPlot + kLegend;
   int n_layers;
+  double top;
   double cell() const { return kPlot / n_layers; }
   double x(int s) const { return kLeft + s * cell(); }
-  double y(int e) const { return kTop + (n_layers - e) * cell(); }  // the top edge of row e
-  double width() const { return kLeft + kPlot + kLegend; }
-  double height() const { return kTop + kPlot + kBottom; }
+  double y(int e) const { return top + (n_layers - e) * cell(); }  // the top edge of row e
+  double width() const { return kWidth; }
+  double height() const { return top + kPlot + kBottom; }
 };
 
 /// The single range [s, e) with 0 <= s < e <= n_layers a plan recomputes, if it is one.
@@ -190,7 +218,7 @@ std::string heatmap_grid(const HeatmapLayout& at, const std::map<std::pair<int, 
 std::string heatmap_axes(const HeatmapLayout& at) {
   std::string out;
   const int step = layer_tick_step(at.n_layers);
-  const double below = HeatmapLayout::kTop + HeatmapLayout::kPlot;
+  const double below = at.top + HeatmapLayout::kPlot;
   for (int s = 0; s < at.n_layers; s += step)
     out += svg_text(at.x(s) + at.cell() / 2, below + 16, std::to_string(s), "text-anchor=\"middle\"");
   for (int e = 1; e <= at.n_layers; ++e)
@@ -199,7 +227,7 @@ std::string heatmap_axes(const HeatmapLayout& at) {
                       "text-anchor=\"end\"");
   out += svg_text(HeatmapLayout::kLeft + HeatmapLayout::kPlot / 2, below + 40, "first recomputed layer s",
                   "text-anchor=\"middle\"");
-  const double label_x = 24, label_y = HeatmapLayout::kTop + HeatmapLayout::kPlot / 2;
+  const double label_x = 24, label_y = at.top + HeatmapLayout::kPlot / 2;
   out += svg_text(
       label_x, label_y, "end layer e (exclusive)",
       fmt::format("text-anchor=\"middle\" transform=\"rotate(-90 {:.1f} {:.1f})\"", label_x, label_y));
@@ -207,9 +235,8 @@ std::string heatmap_axes(const HeatmapLayout& at) {
 }
 
 /// A vertical bar, low loss at the bottom, with the quality's name above and the min and max beside it.
-std::string heatmap_legend(Quality q, const LossBounds& bounds) {
-  const double x = HeatmapLayout::kLeft + HeatmapLayout::kPlot + 28, top = HeatmapLayout::kTop + 20,
-               height = 200;
+std::string heatmap_legend(const HeatmapLayout& at, Quality q, const LossBounds& bounds) {
+  const double x = HeatmapLayout::kLeft + HeatmapLayout::kPlot + 28, top = at.top + 20, height = 200;
   std::string out = svg_text(x, top - 8, fmt::format("{} loss", quality_name(q)));
   if (!bounds.any) return out + svg_text(x, top + 12, "no scores");
   out += "<defs><linearGradient id=\"reuse-loss-scale\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">";
@@ -230,25 +257,28 @@ std::string heatmap_legend(Quality q, const LossBounds& bounds) {
 
 // ---- the frontier scatter -----------------------------------------------------------------------
 
-/// Where the scatter's parts go: x = recomputed layers 0..n_layers, y = loss low..high upwards.
+/// Where the scatter's parts go: x = recomputed layers 0..n_layers, y = loss low..high upwards, below the
+/// header (`top`).
 struct ScatterLayout {
-  static constexpr double kLeft = 80, kTop = 64, kWidth = 520, kHeight = 300, kRight = 32, kBottom = 56;
+  static constexpr double kLeft = 80, kWidth = 520, kHeight = 300, kRight = 32, kBottom = 56;
+  static constexpr double kFigureWidth = kLeft + kWidth + kRight;
   int n_layers;
   double low, high, step;  // the loss axis runs from low to high in ticks of step
+  double top;
   double x(double layers) const { return kLeft + kWidth * layers / n_layers; }
-  double y(double loss) const { return kTop + kHeight * (1 - (loss - low) / (high - low)); }
-  double width() const { return kLeft + kWidth + kRight; }
-  double height() const { return kTop + kHeight + kBottom; }
+  double y(double loss) const { return top + kHeight * (1 - (loss - low) / (high - low)); }
+  double width() const { return kFigureWidth; }
+  double height() const { return top + kHeight + kBottom; }
 };
 
 /// The loss axis: from min(0, lowest loss) to the highest, widened to whole ticks, never empty.
-ScatterLayout scatter_layout(std::span<const double> losses, int n_layers) {
+ScatterLayout scatter_layout(std::span<const double> losses, int n_layers, double top) {
   LossBounds bounds;
   for (double loss : losses) bounds.add(loss);
   const double low = bounds.any ? std::min(0.0, bounds.low) : 0.0;
   const double high = bounds.any && bounds.high > low ? bounds.high : low + 1;
   const double step = tick_step(high - low, 5);
-  return {n_layers, std::floor(low / step + 1e-9) * step, std::ceil(high / step - 1e-9) * step, step};
+  return {n_layers, std::floor(low / step + 1e-9) * step, std::ceil(high / step - 1e-9) * step, step, top};
 }
 
 std::string loss_axis_label(Quality q) {
@@ -264,10 +294,10 @@ std::string loss_axis_label(Quality q) {
 }
 
 std::string scatter_axes(const ScatterLayout& at, Quality q) {
-  const double bottom = ScatterLayout::kTop + ScatterLayout::kHeight;
-  std::string out = fmt::format(
-      "<path d=\"M{0:.1f} {1:.1f} V{2:.1f} H{3:.1f}\" fill=\"none\" stroke=\"#333333\"/>\n",
-      ScatterLayout::kLeft, ScatterLayout::kTop, bottom, ScatterLayout::kLeft + ScatterLayout::kWidth);
+  const double bottom = at.top + ScatterLayout::kHeight;
+  std::string out =
+      fmt::format("<path d=\"M{0:.1f} {1:.1f} V{2:.1f} H{3:.1f}\" fill=\"none\" stroke=\"#333333\"/>\n",
+                  ScatterLayout::kLeft, at.top, bottom, ScatterLayout::kLeft + ScatterLayout::kWidth);
   const int step = layer_tick_step(at.n_layers);
   for (int layers = 0; layers <= at.n_layers; layers += step) {
     out += fmt::format(
@@ -285,7 +315,7 @@ std::string scatter_axes(const ScatterLayout& at, Quality q) {
   }
   out += svg_text(ScatterLayout::kLeft + ScatterLayout::kWidth / 2, bottom + 40, "recomputed layers",
                   "text-anchor=\"middle\"");
-  const double label_x = 22, label_y = ScatterLayout::kTop + ScatterLayout::kHeight / 2;
+  const double label_x = 22, label_y = at.top + ScatterLayout::kHeight / 2;
   return out + svg_text(label_x, label_y, loss_axis_label(q),
                         fmt::format("text-anchor=\"middle\" transform=\"rotate(-90 {:.1f} {:.1f})\"", label_x,
                                     label_y));
@@ -392,12 +422,13 @@ std::optional<size_t> choose_plan(std::span<const PlanScore> plans, std::span<co
 std::string heatmap_svg(std::span<const PlanScore> plans, std::span<const double> losses, int n_layers,
                         Quality q, std::optional<size_t> chosen, std::string_view title) {
   assert(plans.size() == losses.size() && n_layers > 0);
-  const HeatmapLayout at{n_layers};
+  const Header header(HeatmapLayout::kWidth, title,
+                      "chosen: " + chosen_text(plans, losses, n_layers, chosen));
+  const HeatmapLayout at{n_layers, header.height()};
   const auto cells = heatmap_cells(plans, n_layers);
   LossBounds bounds;
   for (const auto& [cell, i] : cells) bounds.add(losses[i]);
-  std::string out =
-      svg_open(at.width(), at.height(), title, "chosen: " + chosen_text(plans, losses, n_layers, chosen));
+  std::string out = svg_open(at.width(), at.height(), header);
   out += heatmap_grid(at, cells, plans, losses, bounds);
   if (chosen)
     if (auto r = heatmap_cell(plans[*chosen], n_layers))
@@ -406,7 +437,7 @@ std::string heatmap_svg(std::span<const PlanScore> plans, std::span<const double
           "stroke=\"#000000\" stroke-width=\"2.5\"/>\n",
           at.x(r->begin), at.y(r->end), at.cell(), at.cell());
   out += heatmap_axes(at);
-  out += heatmap_legend(q, bounds);
+  out += heatmap_legend(at, q, bounds);
   return out + "</svg>\n";
 }
 
@@ -414,11 +445,12 @@ std::string frontier_svg(std::span<const PlanScore> plans, std::span<const doubl
                          std::span<const size_t> frontier, int n_layers, Quality q,
                          std::optional<size_t> chosen, std::string_view title) {
   assert(plans.size() == losses.size() && n_layers > 0);
-  const ScatterLayout at = scatter_layout(losses, n_layers);
+  const Header header(ScatterLayout::kFigureWidth, title,
+                      "grey: every plan; dark: Pareto frontier; red ring: chosen " +
+                          chosen_text(plans, losses, n_layers, chosen));
+  const ScatterLayout at = scatter_layout(losses, n_layers, header.height());
   const std::vector<int> layers = layer_counts(plans);
-  const std::string caption = "grey: every plan; dark: Pareto frontier; red ring: chosen " +
-                              chosen_text(plans, losses, n_layers, chosen);
-  std::string out = svg_open(at.width(), at.height(), title, caption);
+  std::string out = svg_open(at.width(), at.height(), header);
   out += scatter_axes(at, q);
   for (size_t i = 0; i < plans.size(); ++i)
     if (scored(losses[i]))
