@@ -156,7 +156,9 @@ TEST_CASE("sampling: softmax is a float64 softmax within 1e-6 relative, and each
   }
 }
 
-TEST_CASE("sampling: top_k refuses k outside [1, n_vocab] and softmax a temperature that is not positive and finite") {
+TEST_CASE(
+    "sampling: top_k refuses k outside 1..n_vocab and softmax a temperature that is not positive and "
+    "finite") {
   for (const testing::NamedBackend& backend : testing::conformance_backends()) {
     const std::string name = backend.name;
     CAPTURE(name);

@@ -133,7 +133,7 @@ void master_equivalence(const model::Model& m, double rel_tol, double tie_tol) {
   CHECK(worst <= rel_tol);
 }
 
-TEST_CASE("master equivalence: C decoded over [A, B] (B encoded over [A]) equals a plain run on A+B+C") {
+TEST_CASE("master equivalence: C decoded over parents A, B (B encoded over A) equals a plain run on A+B+C") {
   // Float models: equal to float rounding (the property itself).
   master_equivalence(*stories().model, 1e-5, 0.0);
   Loaded smol_like = synthetic(smollm2_like());
@@ -148,13 +148,16 @@ TEST_CASE("master equivalence: C decoded over [A, B] (B encoded over [A]) equals
   master_equivalence(*smol.model, 0.05, 0.75);
 }
 
-TEST_CASE("master equivalence on the CUDA kernels (block emulator): C over [A, B] equals a plain run on A+B+C") {
+TEST_CASE(
+    "master equivalence on the CUDA kernels (block emulator): C over parents A, B equals a plain run on "
+    "A+B+C") {
   // The same property on kernels::make_cuda_emulated_backend: every product, norm, RoPE, KV store and segment
   // attention of both runs is a CUDA kernel of kernels/cuda/kernels, run by the emulator.
   master_equivalence(*testing::stories260k_cuda_emulated().model, 1e-5, 0.0);
 }
 
-TEST_CASE("master equivalence on a CUDA device: C over [A, B] equals a plain run on A+B+C (stories260K)") {
+TEST_CASE(
+    "master equivalence on a CUDA device: C over parents A, B equals a plain run on A+B+C (stories260K)") {
   // The same on the GPU, where the products are cuBLASLt's (gpu-bundle/run.sh); nothing to do without one.
   if (testing::LoadedModel* device = testing::stories260k_cuda_device()) master_equivalence(*device->model, 1e-5, 0.0);
 }
@@ -414,7 +417,7 @@ TEST_CASE("isolation: perturbing a non-parent's KV leaves logits bit-identical, 
   CHECK(max_diff(before[0], changed[0]) > 1e-3);
 }
 
-TEST_CASE("visibility is not transitive: a call over [B] sees A only through B's encoding") {
+TEST_CASE("visibility is not transitive: a call over parent B sees A only through B's encoding") {
   const model::Model& m = *stories().model;
   kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(256) << 20);
   Engine e(m, pool);

@@ -182,7 +182,8 @@ TEST_CASE("exec: \"tokens\" and \"header_tokens\" are used exactly as given, byp
   CHECK(ids(out[1]["tokens"]) == direct.engine.decode(d).generated);
 }
 
-TEST_CASE("exec: logprobs are the log-softmax of the logits, top[0] is the max and is the greedy token") {
+TEST_CASE(
+    "exec: logprobs are the log-softmax of the logits, the first of top is the max and is the greedy token") {
   const model::Model& m = stories();
   const int k = 5;
   Bench via_file(m);

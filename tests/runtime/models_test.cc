@@ -330,7 +330,9 @@ bool same_result(const DecodeResult& a, const DecodeResult& b) {
   return true;
 }
 
-TEST_CASE("models: over a chain at new offsets, partial [0, L) equals recompute and partial [e, e) equals reuse, bit for bit") {
+TEST_CASE(
+    "models: over a chain at new offsets, partial 0..L equals recompute and an empty partial e..e equals "
+    "reuse, bit for bit") {
   Family f;
   const int n_layers = f.base.config().n_layers;
   const ChainRead recompute = read_chain(f, f.math, {});

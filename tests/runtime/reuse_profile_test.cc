@@ -159,7 +159,9 @@ TEST_CASE("reuse profile: plans run one after another on a live engine give what
   CHECK(full.token_f1 == 1.0);
 }
 
-TEST_CASE("reuse profile: with an adapter on layers 10-14, the cheapest exact plan is [10, L), and one transition beats the critical layers") {
+TEST_CASE(
+    "reuse profile: with an adapter on layers 10-14, the cheapest exact plan recomputes 10..L, and one "
+    "transition beats the critical layers") {
   const model::Model& m = *testing::smollm2().model;
   const int n_layers = m.config().n_layers;
   testing::ScratchDir dir;

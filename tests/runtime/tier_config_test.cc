@@ -31,7 +31,9 @@ InputError error_of(const std::string& path) {
   return InputError("unreachable");
 }
 
-TEST_CASE("tier config: [tiers] sets budgets, policy and Redis, and bad values are errors at file:line:col") {
+TEST_CASE(
+    "tier config: the tiers table sets budgets, policy and Redis, and bad values are errors at "
+    "file:line:col") {
   testing::ScratchDir dir;
   CHECK_FALSE(kv::read_tier_config((dir.path / "none.toml").string()));
   const std::optional<kv::TierConfig> c = kv::read_tier_config(write(
