@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -124,6 +125,38 @@ inline void check_products(kernels::Backend& be, int n_in, int n_out, int many_r
       kernels::dequantize_row(type, sw.bytes.data() + size_t(ids[i]) * sw.w.row_stride, row.data(), n_in);
       CHECK(std::memcmp(row.data(), embedded.data() + i * size_t(n_in), sizeof(float) * size_t(n_in)) == 0);
     }
+  }
+}
+
+/// The F32, F16 and BF16 products of `be` (cuBLASLt on a GPU, the emulated GEMM otherwise) against the CPU
+/// backend's, for `rows` rows of n_in: each differs from the float64 product of what it multiplies by at most
+/// n_in units of f32 rounding of its magnitude (check_products), and `be` rounds the activations to the
+/// weight's type first where the CPU backend keeps them in f32, so the two differ by at most that rounding
+/// (half a unit of the type: 2^-11 for f16, 2^-8 for bf16, none for f32) plus both sums' rounding, all
+/// relative to sum |w x|.
+inline void check_products_against_cpu(kernels::Backend& be, int n_in, int n_out, int rows) {
+  using kernels::DType;
+  const std::vector<float> x = random_values(size_t(rows) * n_in, 9, 2.0f);
+  for (const auto& [type, activation_rounding] :
+       {std::pair{DType::F32, 0.0}, std::pair{DType::F16, 0x1p-11}, std::pair{DType::BF16, 0x1p-8}}) {
+    CAPTURE(int(type));
+    const StoredWeight sw(type, n_out, n_in, 23);
+    const std::vector<float> on_be = product(be, be.upload_weight(sw.w), x.data(), rows);
+    kernels::Backend& cpu = cpu_backend();
+    const std::vector<float> on_cpu = product(cpu, cpu.upload_weight(sw.w), x.data(), rows);
+    const std::vector<float> w = sw.values();
+    double worst = 0;  // |be - cpu| / sum |w x|, the largest over the outputs
+    for (int r = 0; r < rows; ++r)
+      for (int o = 0; o < n_out; ++o) {
+        double magnitude = 0;
+        for (int k = 0; k < n_in; ++k)
+          magnitude += std::abs(double(w[size_t(o) * n_in + k]) * double(x[size_t(r) * n_in + k]));
+        const size_t at = size_t(r) * n_out + o;
+        worst = std::max(worst, std::abs(double(on_be[at]) - double(on_cpu[at])) / magnitude);
+      }
+    MESSAGE("type ", int(type), ": max |product - CPU backend's| / sum |w x| = ", worst);
+    CHECK(worst <= activation_rounding + 2 * n_in * 0x1p-24);
+    if (type != DType::F32) CHECK(worst > 0);  // not vacuous: the activations were rounded
   }
 }
 

@@ -1,5 +1,7 @@
 // The CUDA kernels as a whole backend (kernels::make_cuda_emulated_backend: every operation a kernel of
-// kernels/cuda/kernels run by the block emulator, every launch checked for out-of-bounds accesses and races):
+// kernels/cuda/kernels run by the block emulator, every launch checked for out-of-bounds accesses and races,
+// except the products of F32, F16 and BF16 weights: those go to a CPU GEMM in cuBLAS's conventions,
+// kernels/cuda/emu/blas_emulated.cc, where a GPU runs cuBLASLt, which only a GPU can check: device_test.cc):
 // - the products, stories260K and the shipped head shapes (tests/cuda/backend_checks.h, which a CUDA device
 //   runs too: tests/cuda/device_test.cc);
 // - KV pages it writes in f32, f16 and q8_0 are byte for byte the CPU backend's;
@@ -50,6 +52,13 @@ kernels::Backend& emulated() { return *testing::stories260k_cuda_emulated().back
 
 TEST_CASE("cuda backend (emulated): the products are float64 products within rounding, in every weight format, and batch invariant") {
   testing::check_products(emulated(), 96, 37);  // outputs not a multiple of the 8 per block
+}
+
+TEST_CASE(
+    "cuda backend (emulated): the emulated GEMM's F32, F16 and BF16 products are the CPU backend's within "
+    "the rounding of their types") {
+  // The check a GPU runs on cuBLASLt (device_test.cc), on the GEMM that stands in for it here.
+  testing::check_products_against_cpu(emulated(), 96, 37, 5);
 }
 
 TEST_CASE("cuda backend (emulated): an F32 weight with padded rows gives the products of its packed rows, bit for bit") {
@@ -289,8 +298,8 @@ TEST_CASE("cuda backend (emulated): SmolLM2-135M's Q4_1 file gives the logits of
   // weights converted to F32 by llama.cpp's quantize tool. Both keep activations in f32, so they agree to float
   // rounding. Slow in emulation (about 3 s per token), so one short prompt and two decode steps.
   testing::LoadedModel gpu(testing::require_file(testing::default_model()), kernels::make_cuda_emulated_backend());
-  testing::DequantizedModel f32(testing::require_file(testing::default_model()));
-  testing::LoadedModel cpu(f32.path());
+  const std::string& f32 = testing::smollm2_f32_path();
+  testing::LoadedModel cpu(f32);
   const std::vector<model::Token> prompt = gpu.model->vocab().tokenize("The capital of France is", true, true);
   REQUIRE(prompt == cpu.model->vocab().tokenize("The capital of France is", true, true));
   const auto a = session_logits(*gpu.model, prompt, {}, 2), b = session_logits(*cpu.model, prompt, {}, 2);

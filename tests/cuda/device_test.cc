@@ -24,6 +24,19 @@ TEST_CASE("cuda device: the products (cuBLASLt for F32, F16 and BF16, the linear
   testing::check_products(*device->backend, 2048, 512, 600);
 }
 
+// The emulated backend sends these products to a CPU GEMM (kernels/cuda/emu/blas_emulated.cc), so this is the
+// only check of kernels/cuda/device/gemm_lt.cu against the CPU backend; gpu-bundle/run.sh runs it as a step
+// of its own, before the other device tests.
+TEST_CASE(
+    "cuda device: cuBLASLt's F32, F16 and BF16 products are the CPU backend's within the rounding of their "
+    "types") {
+  testing::LoadedModel* device = testing::stories260k_cuda_device();
+  if (!device) return;
+  testing::check_products_against_cpu(*device->backend, 96, 37, 5);
+  testing::check_products_against_cpu(*device->backend, 2048, 512,
+                                      300);  // a Llama-3.2-1B width, past 256 rows
+}
+
 TEST_CASE("cuda device: stories260K's greedy continuation and logits are the CPU backend's") {
   if (testing::LoadedModel* device = testing::stories260k_cuda_device())
     testing::check_stories260k(*device->model, "CUDA device");

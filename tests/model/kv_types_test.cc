@@ -1,6 +1,7 @@
 // KV cache types (f16, q8_0) against the f32 reference: the tolerance docs/store.md states for each, measured
-// on the reference prompts of the llama.cpp differential tests, with llama.cpp's own distance between the same
-// types beside it (the same model file, llama.cpp's -ctk/-ctv).
+// on the reference prompts of the llama.cpp differential tests, with llama.cpp's own distance between the
+// same types beside it (the same model file, llama.cpp's -ctk/-ctv). choreo at a type is also held to that
+// type's tolerance of llama.cpp at the same type: it was only printed (issue 42, finding 14).
 
 #include <algorithm>
 #include <cmath>
@@ -39,13 +40,15 @@ double relative_distance(const std::vector<float>& a, const std::vector<float>& 
   return worst / double(*hi - *lo);
 }
 
-TEST_CASE("KV cache types: f16 and q8_0 keep the final logits within the stated tolerance of f32") {
+TEST_CASE(
+    "KV cache types: f16 and q8_0 keep the final logits within the stated tolerance of f32 and of llama.cpp "
+    "at the same types") {
   // SmolLM2-135M-Instruct with its weights converted to F32: the logits depend only on the engine.
-  testing::DequantizedModel f32_model(testing::require_file(testing::default_model()));
+  const std::string& f32_path = testing::smollm2_f32_path();
   auto backend = kernels::make_cpu_backend(2);
-  auto m = model::Model::load(f32_model.path(), *backend);
+  auto m = model::Model::load(f32_path, *backend);
   const std::vector<std::string> prompts = testing::smollm2_prompts();
-  const std::vector<testing::ReferenceRun> ref_f32 = testing::llama_cpp_reference(f32_model.path(), prompts, 0);
+  const std::vector<testing::ReferenceRun> ref_f32 = testing::llama_cpp_reference(f32_path, prompts, 0);
   struct Case {
     DType k, v;
     const char* name;
@@ -55,7 +58,7 @@ TEST_CASE("KV cache types: f16 and q8_0 keep the final logits within the stated 
                         Case{DType::Q8_0, DType::F16, "q8_0 K, f16 V", 0.025}}) {
     CAPTURE(std::string(c.name));
     const std::vector<testing::ReferenceRun> ref =
-        testing::llama_cpp_reference(f32_model.path(), prompts, 0, int(c.k), int(c.v));
+        testing::llama_cpp_reference(f32_path, prompts, 0, int(c.k), int(c.v));
     double ours = 0.0, theirs = 0.0, across = 0.0;
     int same_argmax = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -72,6 +75,12 @@ TEST_CASE("KV cache types: f16 and q8_0 keep the final logits within the stated 
             same_argmax, "/", prompts.size());
     CHECK(ours <= c.tolerance);
     CHECK(ours > 0.0);  // the type is really used
+    // The tolerance bounds what a type's rounding does to the logits. llama.cpp rounds the same K and V (and,
+    // for q8_0, its queries too), so it stays within the type's tolerance of its f32, and choreo within it of
+    // llama.cpp at the same type: their f32 runs agree to float rounding (llama_reference_test), far below
+    // it.
+    CHECK(theirs <= c.tolerance);
+    CHECK(across <= c.tolerance);
   }
 }
 

@@ -99,6 +99,8 @@ TEST_CASE("stories260K matches llama.cpp: tokens, 32 greedy tokens, final logits
 }
 
 TEST_CASE("stories260K on the CUDA kernels (block emulator) matches llama.cpp: tokens, 32 greedy tokens, final logits") {
+  // The norms, RoPE, attention and KV pages are CUDA kernels run by the emulator; stories260K's F32 products
+  // go to the CPU GEMM standing in for cuBLASLt (kernels/cuda/emu/blas_emulated.cc), not to a kernel.
   compare_with_llama_cpp(testing::shared_file("models/stories260K.gguf"),
                          {"Once upon a time", "Lily and Ben went to the park.", "In the forest, a fox"}, 1e-5, 0.0, {},
                          kernels::make_cuda_emulated_backend());
@@ -120,22 +122,22 @@ TEST_CASE("SmolLM2-135M-Instruct Q4_1 matches llama.cpp: tokens, final logits, g
 TEST_CASE("SmolLM2-135M-Instruct with F32 weights matches llama.cpp: tokens, 32 greedy tokens, final logits") {
   // The same model with the Q4_1 file's weights converted to F32 by llama.cpp's quantize tool: the values both
   // engines dequantise to, without 8-bit activation quantisation. Every continuation must be identical.
-  testing::DequantizedModel f32(testing::require_file(testing::default_model()));
-  compare_with_llama_cpp(f32.path(), testing::smollm2_prompts(), 1e-5, 0.0);
+  const std::string& f32 = testing::smollm2_f32_path();
+  compare_with_llama_cpp(f32, testing::smollm2_prompts(), 1e-5, 0.0);
 }
 
 TEST_CASE("SmolLM2-135M-Instruct F32 with the math LoRA adapter matches llama.cpp: 32 greedy tokens, final logits") {
   // llama.cpp applies the same adapter file (llama_adapter_lora_init + llama_set_adapters_lora) unmerged.
-  testing::DequantizedModel f32(testing::require_file(testing::default_model()));
-  compare_with_llama_cpp(f32.path(), testing::smollm2_prompts(), 1e-5, 0.0, {{testing::math_lora(), 1.0f}});
+  const std::string& f32 = testing::smollm2_f32_path();
+  compare_with_llama_cpp(f32, testing::smollm2_prompts(), 1e-5, 0.0, {{testing::math_lora(), 1.0f}});
 }
 
 TEST_CASE("SmolLM2-135M-Instruct F32 with two LoRA adapters stacked matches llama.cpp") {
-  testing::DequantizedModel f32(testing::require_file(testing::default_model()));
+  const std::string& f32 = testing::smollm2_f32_path();
   testing::ScratchDir dir;
   const std::string shifted = (dir.path / "shifted.gguf").string();
   testing::write_shifted_math_lora(shifted);
-  compare_with_llama_cpp(f32.path(), testing::smollm2_prompts(), 1e-5, 0.0,
+  compare_with_llama_cpp(f32, testing::smollm2_prompts(), 1e-5, 0.0,
                          {{testing::math_lora(), 0.7f}, {shifted, -0.4f}});
 }
 

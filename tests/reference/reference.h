@@ -3,20 +3,21 @@
 // ($CHOREO_PYTHON, which scripts/test.sh points at setup.sh's venv; else python3). A missing Python or package
 // fails the test with a hint.
 
+#include <doctest/doctest.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <doctest/doctest.h>
-#include <nlohmann/json.hpp>
-
 #include "tests/scratch_dir.h"
+#include "tests/test_paths.h"
 
 namespace choreo::testing {
 
@@ -104,6 +105,15 @@ class DequantizedModel {
   ScratchDir dir_;
   std::filesystem::path path_;
 };
+
+/// SmolLM2-135M-Instruct (the default model) with its weights converted to F32 (DequantizedModel): converted
+/// once per run of the test binary, on first use, and shared by the tests that need it (a conversion takes
+/// seconds).
+inline const std::string& smollm2_f32_path() {
+  static const DequantizedModel file(require_file(default_model()));
+  static const std::string path = file.path();
+  return path;
+}
 
 /// Asks llama.cpp for every prompt's tokens, greedy continuation (n_predict tokens) and final logits.
 /// `type_k` / `type_v`: llama.cpp's KV cache types (ggml type ids; f32 by default). `loras`: LoRA adapter

@@ -15,9 +15,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -26,8 +28,8 @@
 #include <vector>
 
 #include "runtime/store/disk_store.h"
-#include "tests/runtime/store_test_util.h"
 #include "tests/cli_process.h"
+#include "tests/runtime/store_test_util.h"
 #include "tests/test_paths.h"
 
 namespace fs = std::filesystem;
@@ -291,19 +293,35 @@ void check_tier_kills(const TierKills& t, const fs::path& scratch) {
   plain.push_back("--no-store");
   const Run reference = run_to_end(plain, log);
   REQUIRE_MESSAGE(reference.exit_code == 0, reference.output);
+  int killed_mid_write = 0;
   for (int round = 0; round < t.kills; ++round) {
     INFO("kill round ", round);
     if (t.fresh_store) fs::remove_all(cache);
+    // Temp files an earlier round's kill left are not this run's writes.
+    const std::vector<std::string> old_temps = count_files(cache).temp_names;
+    const auto new_temp = [&]() -> std::optional<std::string> {
+      for (const std::string& name : count_files(cache).temp_names)
+        if (std::find(old_temps.begin(), old_temps.end(), name) == old_temps.end()) return name;
+      return std::nullopt;
+    };
     Child child = spawn(tiered, {"CHOREO_STORE_PAUSE_AFTER_PAGE_MS=" + std::to_string(t.pause_ms)}, log);
-    // Kill once a write is under way, or after 20 s.
+    // Kill once one of this run's writes is under way, or after 20 s.
     const auto start = std::chrono::steady_clock::now();
-    while (count_files(cache).temps == 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(20))
+    std::optional<std::string> writing;
+    while (!(writing = new_temp()) && std::chrono::steady_clock::now() - start < std::chrono::seconds(20))
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     std::this_thread::sleep_for(std::chrono::milliseconds(t.stagger_ms * round));
     ::kill(child.pid, SIGKILL);
-    wait_for(child);
+    const int code = wait_for(child);
+    // The kill landed in the middle of a write when the process died of it and the temp file it was writing
+    // is still there (a finished write renames it away; the paced writes keep each open for pause_ms a page).
+    if (writing && code == 128 + SIGKILL && fs::exists(cache / *writing)) ++killed_mid_write;
     if (fs::exists(cache)) check_store_consistent(cache);
   }
+  // As in the encode-kill case: at least one kill must have interrupted a write, or the store was never put
+  // to the test.
+  MESSAGE(killed_mid_write, " of ", t.kills, " kills landed in the middle of a T2 write");
+  CHECK(killed_mid_write > 0);
   // A complete run over what the kills left: the same text as a run without tiers.
   if (t.fresh_store) fs::remove_all(cache);
   const Run done = run_to_end(tiered, log);
