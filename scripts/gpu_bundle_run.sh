@@ -15,7 +15,7 @@
 # a step that finds no time left is skipped) and the order puts what decides the most first, so one failure
 # or timeout still lets the rest report:
 #   unpack, nvidia-smi, cuda_selftest (kernels, copy and read bandwidth, fp32 peak), `choreo generate` on cuda
-#   against cpu, the device tests (conformance on the device, master equivalence, batch invariance, the
+#   against cpu, cuBLASLt's products against the CPU backend's, the device tests (conformance on the device, master equivalence, batch invariance, the
 #   products including cuBLASLt's, greedy agreement with the CPU backend), then Llama-3.2-1B-shaped models
 #   (`choreo model synth`, Q8_0 and Q4_0): `choreo bench` pp512/tg128 at depth 0, decode at B = 1, 8, 32, 64
 #   (64 steps after 128 tokens), madpar through `choreo profile`, pp512/tg128 at depth 4096; then the
@@ -168,13 +168,23 @@ generate_both() {
   if cmp -s "$SCRATCH/gen-cpu.txt" "$SCRATCH/gen-cuda.txt"; then echo "identical"; else echo "DIFFERENT"; return 1; fi
 }
 
+# cuBLASLt (kernels/cuda/device/gemm_lt.cu) against the CPU backend: its F32, F16 and BF16 products, 96 and 2048
+# wide, 5 and 300 rows, each within the rounding of its type of the CPU backend's (tests/cuda/device_test.cc).
+# Nothing else checks it: in emulation these products go to a CPU GEMM. Without a device it fails.
+cublaslt_vs_cpu() {
+  CHOREO_SHARED="$BUNDLE/shared" CHOREO_REQUIRE_CUDA_DEVICE=1 choreo_tests --duration=true \
+    -tc="cuda device: cuBLASLt's*"
+}
+
 # The device's test cases of choreo_tests: the conformance tests on "cuda" alone, the whole-backend checks
-# (tests/cuda/device_test.cc: cuBLASLt's and the linear kernel's products, greedy agreement, head shapes) and
-# the engine's master equivalence and batch invariance on the device. Without a device they fail.
+# (tests/cuda/device_test.cc: cuBLASLt's and the linear kernel's products against float64, greedy agreement,
+# head shapes) and the engine's master equivalence and batch invariance on the device. Without a device they
+# fail.
 device_tests() {
   CHOREO_SHARED="$BUNDLE/shared" CHOREO_REQUIRE_CUDA_DEVICE=1 CHOREO_CONFORMANCE_BACKENDS=cuda \
     choreo_tests --duration=true \
-    -tc='pages:*,segment attention*,key re-rotation*,sampling:*,cuda device:*,*on a CUDA device*'
+    -tc='pages:*,segment attention*,key re-rotation*,sampling:*,cuda device:*,*on a CUDA device*' \
+    -tce="cuda device: cuBLASLt's*"
 }
 
 synth() {  # synth SHAPE TYPE
@@ -233,7 +243,7 @@ emulated_test_binary() {
       choreo_tests -tc='key re-rotation: lists that do not match*,sampling: top_k and softmax give a row the same bits*'
 }
 
-export -f unpack find_cublaslt gpu_info generate_both device_tests synth bench madpar emulated_generate \
+export -f unpack find_cublaslt gpu_info generate_both cublaslt_vs_cpu device_tests synth bench madpar emulated_generate \
   no_device_selftest no_device_backend emulated_test_binary
 export STORIES_TEXT SCRATCH RESULTS
 export PATH="$BUNDLE/bin:$PATH" LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -271,6 +281,8 @@ SELFTEST_LOG=$LAST_LOG
 section "## cuda_selftest" "$(fence "$SELFTEST_LOG")"
 step "choreo generate: cuda against cpu (stories260K, 48 greedy tokens)" 60 generate_both
 section "## choreo generate, cuda against cpu" "$(fence "$LAST_LOG")"
+step "cuBLASLt against the CPU backend (F32, F16, BF16 products)" 60 cublaslt_vs_cpu
+section "## cuBLASLt against the CPU backend" "$(echo '```'; grep -E 'MESSAGE|ERROR|FAILED|THREW|^\[doctest\] (test cases|Status)' "$LAST_LOG" | tail -20; echo '```')"
 step "device tests (choreo_tests on the GPU)" 150 device_tests
 section "## Device tests" "$(echo '```'; grep -E '^\[doctest\] (test cases|assertions|Status)|ERROR|FAILED|THREW|[0-9.]+ s: ' "$LAST_LOG" | tail -60; echo '```')"
 
