@@ -20,8 +20,10 @@ T2 reads go through the page cache (entries are mmapped) unless --cold, which dr
 cache when it is opened ($CHOREO_STORE_COLD_READS=1), so T2 loads read the disk. lru-disk-warm, wf-disk-warm
 and wf-disk-pf-warm are the T2 configurations read through the page cache even with --cold. --busy runs a CPU-bound
 neighbour process (one busy thread) beside every run. The configurations take turns within each of the r
-rounds. Each figure is the mean over the rounds with the per-round range; "vs lru-recomp" is the ratio of the
-means; "turns s" is the time of every call but the first prefill of the prompts (what the tiers decide).
+rounds, and each run's times are printed as it ends ("round R CONFIG: ..."), so the output holds the raw figures
+of every summary. Each figure is the mean over the rounds with the per-round range; "vs lru-recomp" is the ratio
+of the means, with the range of each round's ratio (against lru-recomp's run of the same round); "turns s" is
+the time of every call but the first prefill of the prompts (what the tiers decide).
 Peak RSS is the largest over the rounds, from /usr/bin/time -v. With $CHOREO_CPU_LOCK set, each run holds that
 lock file (scripts/bench_lock.py), so builds taking the same lock wait for the end of a run.
 """
@@ -167,20 +169,27 @@ def main():
             turn_times[c].append(tiers["turns_s"])
             last[c] = tiers
             rss[c] = max(rss[c], tiers["rss_mib"])
-            print(f"  round {r + 1} {c}: {wall:.1f} s (turns {tiers['turns_s']:.1f} s)", file=sys.stderr, flush=True)
+            # On stdout: the raw figures behind every mean, range and per-round ratio (BENCHMARKS.md keeps them).
+            print(f"  round {r + 1} {c}: {wall:.1f} s (turns {tiers['turns_s']:.1f} s)", flush=True)
     base_name = "lru-recomp" if "lru-recomp" in walls else next(iter(walls))
     base = statistics.mean(walls[base_name])
     print()
-    print(f"| configuration | end-to-end s (mean, range) | vs {base_name} | turns s (mean, range) | T0 evictions | "
+    print(f"| configuration | end-to-end s (mean, range) | vs {base_name} (mean; per-round range) | turns s (mean, "
+          f"range) | vs {base_name}, turns (per-round range) | T0 evictions | "
           "T1 / T2 loads | prefetches (used, wasted; wait ms) | recomputed tokens | peak T0 / T1 MiB | T2 written MiB | "
           "peak RSS MiB (max) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c in configs:
         m = statistics.mean(walls[c])
         t = last[c]
         turns = [x for x in turn_times[c]]
-        print(f"| {c} | {m:.1f} ({min(walls[c]):.1f}-{max(walls[c]):.1f}) | {base / m:.2f}x | "
-              f"{statistics.mean(turns):.1f} ({min(turns):.1f}-{max(turns):.1f}) | {t['t0_evictions']} | "
+        # Each round's ratio against the base configuration's run of the same round.
+        ratios = [b / w for b, w in zip(walls[base_name], walls[c])]
+        turn_ratios = [b / w for b, w in zip(turn_times[base_name], turns)]
+        print(f"| {c} | {m:.1f} ({min(walls[c]):.1f}-{max(walls[c]):.1f}) | {base / m:.2f}x "
+              f"({min(ratios):.2f}-{max(ratios):.2f}) | {statistics.mean(turns):.1f} ({min(turns):.1f}-{max(turns):.1f}) | "
+              f"{statistics.mean(turn_times[base_name]) / statistics.mean(turns):.2f}x "
+              f"({min(turn_ratios):.2f}-{max(turn_ratios):.2f}) | {t['t0_evictions']} | "
               f"{t['t1_hits']} / {t['t2_hits']} | {t.get('prefetches', 0)} ({t.get('prefetch_used', 0)}, "
               f"{t.get('prefetch_wasted', 0)}; {t.get('prefetch_wait_ms', 0):.0f}) | {t['recomputed_tokens']} | "
               f"{t['t0_peak_bytes'] / 2**20:.0f} / {t['t1_peak_bytes'] / 2**20:.0f} | {t['t2_write_bytes'] / 2**20:.0f} | "

@@ -93,7 +93,8 @@ def main():
                     sys.exit(f"c={c} {k}: messages differ from the all-fit run: tiers changed a result")
                 walls[k].append(wall)
                 last[k] = (rss, t)
-                print(f"  round {r + 1} {k}: {wall:.1f} s, peak RSS {rss:.0f} MiB", file=sys.stderr, flush=True)
+                # On stdout: the raw figures behind the means, ranges and per-round ratios (BENCHMARKS.md).
+                print(f"  round {r + 1} {k}: {wall:.1f} s, peak RSS {rss:.0f} MiB", flush=True)
         print("| configuration | end-to-end s (mean, range) | peak RSS MiB | T0 evictions | T1 loads | recomputes "
               "(tokens) | hit rate | prefetches (used) | moved MiB | peak T0 / T1 MiB | messages |")
         print("|---|---|---|---|---|---|---|---|---|---|---|")
