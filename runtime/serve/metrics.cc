@@ -23,11 +23,15 @@ void Metrics::request(const std::string& endpoint, int status) {
   ++requests_[{endpoint, status}];
 }
 
-void Metrics::generation(int prompt_tokens, int reused, int computed, int generated, double ttft_s, double total_s) {
+void Metrics::generation(const PromptUsage& usage, int generated, double ttft_s, double total_s) {
   std::lock_guard lock(mutex_);
-  prompt_tokens_ += uint64_t(prompt_tokens);
-  reused_ += uint64_t(reused);
-  computed_ += uint64_t(computed);
+  prefix_reused_ += uint64_t(usage.prefix_reused);
+  out_of_prefix_ += uint64_t(usage.reused_out_of_prefix);
+  computed_ += uint64_t(usage.computed);
+  recomputed_ += uint64_t(usage.recomputed);
+  loaded_[1] += uint64_t(usage.loaded_t1);
+  loaded_[2] += uint64_t(usage.loaded_t2);
+  loaded_[3] += uint64_t(usage.loaded_t3);
   generated_ += uint64_t(generated);
   ttft_.observe(ttft_s);
   total_.observe(total_s);
@@ -40,14 +44,23 @@ std::string Metrics::render(const std::string& gauges) const {
   for (const auto& [key, n] : requests_)
     out += fmt::format("choreo_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first, key.second, n);
   out += fmt::format(
-      "# HELP choreo_prompt_tokens_total Prompt tokens of generations, by where their KV came from.\n"
+      "# HELP choreo_prompt_tokens_total Prompt tokens of generations, by where their KV came from: reused as a "
+      "prefix (a prefix-cache hit), reused out of prefix (choreo's item_reference parents), or computed.\n"
       "# TYPE choreo_prompt_tokens_total counter\n"
       "choreo_prompt_tokens_total{{source=\"reused\"}} {}\n"
+      "choreo_prompt_tokens_total{{source=\"reused_out_of_prefix\"}} {}\n"
       "choreo_prompt_tokens_total{{source=\"computed\"}} {}\n"
+      "# HELP choreo_prompt_loaded_tokens_total Reused prompt tokens that were brought back to T0 from a lower "
+      "tier first, by tier, and those recomputed because no tier held them.\n"
+      "# TYPE choreo_prompt_loaded_tokens_total counter\n"
+      "choreo_prompt_loaded_tokens_total{{tier=\"t1\"}} {}\n"
+      "choreo_prompt_loaded_tokens_total{{tier=\"t2\"}} {}\n"
+      "choreo_prompt_loaded_tokens_total{{tier=\"t3\"}} {}\n"
+      "choreo_prompt_recomputed_tokens_total {}\n"
       "# HELP choreo_generated_tokens_total Tokens generated.\n"
       "# TYPE choreo_generated_tokens_total counter\n"
       "choreo_generated_tokens_total {}\n",
-      reused_, computed_, generated_);
+      prefix_reused_, out_of_prefix_, computed_, loaded_[1], loaded_[2], loaded_[3], recomputed_, generated_);
   out += ttft_.render("choreo_ttft_seconds", "Time from a request's arrival to its first generated token.");
   out += total_.render("choreo_request_seconds", "Time from a request's arrival to its last generated token.");
   return out + gauges;

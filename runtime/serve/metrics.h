@@ -10,6 +10,8 @@
 #include <string>
 #include <utility>
 
+#include "runtime/serve/request.h"
+
 namespace choreo::serve {
 
 /// A cumulative histogram of seconds.
@@ -30,14 +32,16 @@ class Histogram {
 class Metrics {
  public:
   void request(const std::string& endpoint, int status);
-  void generation(int prompt_tokens, int reused, int computed, int generated, double ttft_s, double total_s);
+  void generation(const PromptUsage& usage, int generated, double ttft_s, double total_s);
   /// The text of GET /metrics; `gauges` are extra lines (already formatted).
   std::string render(const std::string& gauges) const;
 
  private:
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
-  uint64_t prompt_tokens_ = 0, reused_ = 0, computed_ = 0, generated_ = 0;
+  // Prompt tokens by where their KV came from, summed over generations.
+  uint64_t prefix_reused_ = 0, out_of_prefix_ = 0, computed_ = 0, recomputed_ = 0, generated_ = 0;
+  std::array<uint64_t, 4> loaded_{};  // by tier (1-3)
   Histogram ttft_, total_;
 };
 
