@@ -66,4 +66,55 @@ std::string Metrics::render(const std::string& gauges) const {
   return out + gauges;
 }
 
+std::string render_tiers(const kv::TierStats& t, size_t t1_in_use_bytes, size_t t1_budget_bytes) {
+  return fmt::format(
+      "# HELP choreo_t1_bytes KV bytes held in T1 (host memory) and its budget (--host-cache-mib).\n"
+      "# TYPE choreo_t1_bytes gauge\n"
+      "choreo_t1_bytes{{kind=\"in_use\"}} {}\n"
+      "choreo_t1_bytes{{kind=\"budget\"}} {}\n"
+      "# HELP choreo_tier_evictions_total Messages whose KV left a tier for room: T0 (to T1, T2, or dropped), T1.\n"
+      "# TYPE choreo_tier_evictions_total counter\n"
+      "choreo_tier_evictions_total{{tier=\"t0\"}} {}\n"
+      "choreo_tier_evictions_total{{tier=\"t1\"}} {}\n"
+      "# HELP choreo_tier_writes_total Messages written to a tier: T1 (offloaded from T0), T2 (on eviction, or "
+      "as made with --write-through), T3 (every prefill, as made); and their bytes.\n"
+      "# TYPE choreo_tier_writes_total counter\n"
+      "choreo_tier_writes_total{{tier=\"t1\"}} {}\n"
+      "choreo_tier_writes_total{{tier=\"t2\"}} {}\n"
+      "choreo_tier_writes_total{{tier=\"t3\"}} {}\n"
+      "choreo_tier_write_bytes_total{{tier=\"t1\"}} {}\n"
+      "choreo_tier_write_bytes_total{{tier=\"t2\"}} {}\n"
+      "choreo_tier_write_bytes_total{{tier=\"t3\"}} {}\n"
+      "# HELP choreo_tier_loads_total Messages brought back to T0 from a tier by the call that needed them, and "
+      "their tokens and bytes.\n"
+      "# TYPE choreo_tier_loads_total counter\n"
+      "choreo_tier_loads_total{{tier=\"t1\"}} {}\n"
+      "choreo_tier_loads_total{{tier=\"t2\"}} {}\n"
+      "choreo_tier_loads_total{{tier=\"t3\"}} {}\n"
+      "choreo_tier_load_tokens_total{{tier=\"t1\"}} {}\n"
+      "choreo_tier_load_tokens_total{{tier=\"t2\"}} {}\n"
+      "choreo_tier_load_tokens_total{{tier=\"t3\"}} {}\n"
+      "choreo_tier_load_bytes_total{{tier=\"t1\"}} {}\n"
+      "choreo_tier_load_bytes_total{{tier=\"t2\"}} {}\n"
+      "choreo_tier_load_bytes_total{{tier=\"t3\"}} {}\n"
+      "# HELP choreo_tier_bad_entries_total Store entries that failed a check (recomputed instead).\n"
+      "# TYPE choreo_tier_bad_entries_total counter\n"
+      "choreo_tier_bad_entries_total{{tier=\"t2\"}} {}\n"
+      "choreo_tier_bad_entries_total{{tier=\"t3\"}} {}\n"
+      "# HELP choreo_tier_prefetches_total Loads into T0 started ahead of the call reading them (--prefetch-steps), "
+      "those a call then read, and those evicted again unread.\n"
+      "# TYPE choreo_tier_prefetches_total counter\n"
+      "choreo_tier_prefetches_total{{event=\"started\"}} {}\n"
+      "choreo_tier_prefetches_total{{event=\"used\"}} {}\n"
+      "choreo_tier_prefetches_total{{event=\"wasted\"}} {}\n"
+      "# HELP choreo_tier_recomputes_total Messages recomputed because no tier held them, and their tokens.\n"
+      "# TYPE choreo_tier_recomputes_total counter\n"
+      "choreo_tier_recomputes_total {}\n"
+      "choreo_tier_recomputed_tokens_total {}\n",
+      t1_in_use_bytes, t1_budget_bytes, t.t0_evictions, t.t1_evictions, t.t1_offloads, t.t2.writes, t.t3.writes,
+      t.t1_offload_bytes, t.t2.write_bytes, t.t3.write_bytes, t.t1_hits, t.t2.hits, t.t3.hits, t.t1_load_tokens,
+      t.t2.load_tokens, t.t3.load_tokens, t.t1_load_bytes, t.t2.load_bytes, t.t3.load_bytes, t.t2.bad, t.t3.bad,
+      t.prefetches, t.prefetch_used, t.prefetch_wasted, t.recomputes, t.recomputed_tokens);
+}
+
 }  // namespace choreo::serve

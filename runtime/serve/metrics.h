@@ -1,7 +1,7 @@
 #pragma once
 // GET /metrics of `choreo serve`, in the Prometheus text exposition format: requests by endpoint and status,
 // prompt tokens by where they came from, generated tokens, and TTFT and end-to-end histograms. The engine's
-// gauges (T0 occupancy, sessions) are added by the server when it renders.
+// gauges (T0 occupancy, sessions, the KV tiers) are added by the server when it renders.
 
 #include <array>
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "runtime/kv/tiers.h"
 #include "runtime/serve/request.h"
 
 namespace choreo::serve {
@@ -44,5 +45,9 @@ class Metrics {
   std::array<uint64_t, 4> loaded_{};  // by tier (1-3)
   Histogram ttft_, total_;
 };
+
+/// The KV tiers' lines of GET /metrics: T1's occupancy, and what the tiers did (evictions, offloads, loads and
+/// writes per tier, prefetches, recomputations).
+std::string render_tiers(const kv::TierStats& stats, size_t t1_in_use_bytes, size_t t1_budget_bytes);
 
 }  // namespace choreo::serve

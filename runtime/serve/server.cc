@@ -90,7 +90,8 @@ std::string Server::gauges() {
       "# TYPE choreo_requests_in_flight gauge\n"
       "choreo_requests_in_flight {}\n",
       s.t0_in_use_bytes, s.t0_budget_bytes, s.sessions, s.cache.extended, s.cache.copied, s.cache.dropped,
-      s.plain.steps, s.plain.step_rows, in_flight_.load()) + extension_gauges(s);
+      s.plain.steps, s.plain.step_rows, in_flight_.load()) + extension_gauges(s) +
+      render_tiers(s.tiers, s.t1_in_use_bytes, s.t1_budget_bytes);
 }
 
 std::string Server::extension_gauges(const EngineService::Snapshot& s) {

@@ -12,6 +12,8 @@ Sections:
   extensions choreo's extensions through extra_body: ids, item_reference parents (reordered, answers as parents),
              output ids, retention; every answer equals `choreo exec` of the same calls; 8 concurrent requests
              share forward passes; unknown ids (404), ids reused with another text (409), cycles (400)
+  tiers      served messages in T1 (a small T0), T2 (kill -9, restart: the documents load from the store) and T3
+             (Redis); /metrics per tier; every answer equals `choreo exec` of the same calls
 
 Exit status 0 when every check of the section holds; the first failed check is printed with what was seen.
 """
@@ -20,6 +22,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -34,7 +37,8 @@ class Server:
     """`choreo serve` on a free port, stopped at exit."""
 
     def __init__(self, choreo, model, *extra):
-        self.proc = subprocess.Popen([choreo, "serve", "-m", model, "--port", "0", "--cache-mib", "1024", *extra],
+        budget = [] if "--cache-mib" in extra else ["--cache-mib", "1024"]
+        self.proc = subprocess.Popen([choreo, "serve", "-m", model, "--port", "0", *budget, *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if "listening on http://" not in line:
@@ -48,6 +52,8 @@ class Server:
         threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
 
     def stop(self):
+        if self.proc.poll() is not None:  # killed by the test
+            return
         self.proc.terminate()
         try:
             self.proc.wait(timeout=30)
@@ -548,9 +554,103 @@ def section_extensions(args):
     mirror.check(args.choreo, args.model)
 
 
+def section_tiers(args):
+    """Served messages in the KV tiers. With a T0 too small for the session, named documents move to T1 and come
+    back (the response's choreo object and /metrics say so). Killed with -9 during a generation and started again
+    over the same T2 store, the server answers a request over the same documents by loading them from T2 instead
+    of computing them; a server with only the Redis store (T3) loads them from there. Every answer equals
+    `choreo exec` of the same calls (where the KV was never moves a bit)."""
+    import openai
+    import tempfile
+    mirror = ExecMirror()
+    sampled = {"temperature": 0.8, "top_p": 0.95, "top_k": 40, "max_tokens": 8}
+    store = tempfile.mkdtemp(prefix="choreo-serve-tiers-")
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    redis_port = port.getsockname()[1]
+    port.close()
+    os.environ["CHOREO_REDIS_PASSWORD"] = "serve-tiers-test"
+    redis = subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--requirepass",
+                              "serve-tiers-test", "--save", "", "--appendonly", "no", "--dir", store],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    redis_flag = ["--redis", f"127.0.0.1:{redis_port}"]
+    # T0 holds 16 pages of 32 tokens (SmolLM2-135M, f32 KV: 1.4 MiB a page): less than the session's messages.
+    flags = ["--metrics", "--cache-mib", "24", "--host-cache-mib", "512", "--cache-dir", store, "--disk-cache-mib",
+             "512", "--write-through", "--evict", "lru", *redis_flag]
+    docs = {f"d{i}": f"Document {i}: the lighthouse keeper logged {i + 3} ships passing the northern reef "
+                     f"on day {i * 7 + 1}, noting their flags, cargo and the weather at dawn." for i in range(4)}
+    system = {"role": "system", "content": "You answer from the documents, briefly."}
+
+    def ask(c, entries, output_id=None, seed=1):
+        r = c.chat.completions.create(model=MODEL_ID, messages=entries, seed=seed, max_tokens=sampled["max_tokens"],
+                                      temperature=sampled["temperature"], top_p=sampled["top_p"],
+                                      extra_body={"top_k": 40, "choreo": {"output_id": output_id} if output_id else {}})
+        mirror.request(entries, r.model_extra["choreo"]["message_id"], r.choices[0].message.content, seed=seed,
+                       **sampled)
+        return r.model_extra["choreo"]
+
+    named = [{**system, "choreo": {"id": "sys"}}] + [
+        {"role": "user", "content": text, "choreo": {"id": name}} for name, text in docs.items()]
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", redis_port)).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    try:
+        with Server(args.choreo, args.model, *flags) as s:
+            c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+            ch = ask(c, named + [{"role": "user", "content": "How many ships passed on day 8?"}], "a1", seed=1)
+            check(ch["loaded_tokens"] == {"t1": 0, "t2": 0, "t3": 0}, "a first request loads nothing", ch)
+            for k in range(4):  # other documents push the first ones out of T0
+                filler = [{"role": "user", "content": f"Filler {k}.{j}: the ferry timetable for route {k}{j} lists "
+                                                      "departures at six, nine, noon and four, weather permitting, "
+                                                      "from the east pier."} for j in range(3)]
+                ask(c, filler + [{"role": "user", "content": "Summarize."}], seed=10 + k)
+            ch = ask(c, [{"type": "item_reference", "id": "sys"}, {"type": "item_reference", "id": "d2"},
+                         {"type": "item_reference", "id": "d0"}, {"role": "user", "content": "Compare days."}], seed=2)
+            check(ch["loaded_tokens"]["t1"] > 0, "documents evicted from T0 are loaded back from T1", ch)
+            _, metrics = raw(s, "GET", "/metrics")
+            value = lambda name: float([l for l in metrics.splitlines() if l.startswith(name)][0].split()[-1])
+            check(value('choreo_tier_evictions_total{tier="t0"}') > 0 and value('choreo_tier_loads_total{tier="t1"}') > 0
+                  and value('choreo_prompt_loaded_tokens_total{tier="t1"}') >= ch["loaded_tokens"]["t1"] and
+                  value('choreo_tier_writes_total{tier="t2"}') > 0 and value('choreo_tier_writes_total{tier="t3"}') > 0,
+                  "/metrics counts the evictions, the T1 loads and the T2 and T3 writes")
+            # kill -9 while a generation is running.
+            sock = socket.create_connection(("127.0.0.1", s.port))
+            body = json.dumps({"messages": [{"type": "item_reference", "id": "a1"},
+                                            {"role": "user", "content": "Tell the whole story."}],
+                               "max_tokens": 400, "stream": True, "ignore_eos": True}).encode()
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            got = b""
+            while got.count(b"data: ") < 3:
+                got += sock.recv(4096)
+            s.proc.kill()
+            s.proc.wait()
+            sock.close()
+            check(s.proc.returncode == -9, "the server was killed with -9 mid-generation")
+        with Server(args.choreo, args.model, *flags) as s:
+            c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+            ch = ask(c, named + [{"role": "user", "content": "Which day had the most ships?"}], seed=3)
+            check(ch["loaded_tokens"]["t2"] == ch["reused_prefix_tokens"] > ch["computed_tokens"] > 0,
+                  "restarted over the same store, the documents are loaded from T2, not computed", ch)
+        with Server(args.choreo, args.model, "--no-store", *redis_flag) as s:
+            c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+            ch = ask(c, named + [{"role": "user", "content": "On which day did 5 ships pass?"}], seed=4)
+            check(ch["loaded_tokens"]["t3"] == ch["reused_prefix_tokens"] > ch["computed_tokens"] > 0,
+                  "another server with only the Redis store loads the documents from T3", ch)
+    finally:
+        redis.kill()
+        redis.wait()
+        shutil.rmtree(store, ignore_errors=True)
+    mirror.check(args.choreo, args.model)
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("section", choices=["openai", "anthropic", "equality", "faults", "langgraph", "extensions"])
+    p.add_argument("section", choices=["openai", "anthropic", "equality", "faults", "langgraph", "extensions",
+                                       "tiers"])
     p.add_argument("--choreo", required=True)
     p.add_argument("--model", required=True)
     args = p.parse_args()

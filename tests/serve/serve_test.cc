@@ -56,5 +56,9 @@ TEST_CASE("serve: choreo's extensions (ids, item_reference parents, output ids, 
   run_section("extensions");
 }
 
+TEST_CASE("serve: served messages move through T1, survive kill -9 in T2, are shared through T3, and keep their bits") {
+  run_section("tiers");
+}
+
 }  // namespace
 }  // namespace choreo
