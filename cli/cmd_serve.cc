@@ -30,6 +30,8 @@ struct ServeFlags {
   int timeout_s = 600;
   bool metrics = false;
   bool quiet = false;
+  int max_pin_mib = -1;  // -1: a quarter of --cache-mib
+  int max_pin_s = 600;
 };
 
 /// The id /v1/models lists for each model: the base model's file name without .gguf, then the named ones.
@@ -54,6 +56,8 @@ void run_serve(const ServeFlags& o) {
   options.max_concurrency = o.max_concurrency;
   options.metrics = o.metrics;
   options.log_requests = !o.quiet;
+  options.extensions.pins.max_bytes = size_t(o.max_pin_mib >= 0 ? o.max_pin_mib : o.engine.cache_mib / 4) << 20;
+  options.extensions.pins.max_lease = std::chrono::seconds(o.max_pin_s);
 
   runtime::ModelOptions models = o.engine.model_options();
   models.add_models = [&o](const model::Model& base, runtime::ModelSet& set, runtime::ExtraModels& extra) {
@@ -94,7 +98,8 @@ void run_serve(const ServeFlags& o) {
 void register_serve(CLI::App& app) {
   auto o = std::make_shared<ServeFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "serve", "serve the model over the OpenAI and Anthropic HTTP APIs, with a prefix cache (see docs/serve.md)");
+      "serve", "serve the model over the OpenAI and Anthropic HTTP APIs, with a prefix cache and choreo's message "
+               "extensions (see docs/serve.md)");
   cmd->add_option("--host", o->host, "address to listen on (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", o->port, "port to listen on (0: any free port, printed at start)")->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", o->api_key,
@@ -108,6 +113,14 @@ void register_serve(CLI::App& app) {
                   "close after it too")
       ->check(CLI::Range(1, 86400));
   cmd->add_flag("--metrics", o->metrics, "serve GET /metrics (Prometheus text format)");
+  cmd->add_option("--max-pin-mib", o->max_pin_mib,
+                  "T0 MiB that messages pinned by choreo.retention may hold at once; pins past it are refused "
+                  "(default: a quarter of --cache-mib)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--max-pin-s", o->max_pin_s,
+                  "longest a pin lasts after the last request that read its message (a retention ttl may ask "
+                  "for less; default 600)")
+      ->check(CLI::Range(1, 86400));
   cmd->add_flag("-q,--quiet", o->quiet, "no line per request on stderr");
   add_named_model_flags(*cmd, o->lora_modules, o->model_files, "a request's \"model\":");
   o->engine.add(*cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv | EngineFlags::kCache |

@@ -4,7 +4,7 @@ same thread count, in one run. Prints Markdown tables with the ratio choreo/llam
 
 usage: scripts/bench_compare.py [MODEL.gguf ...] [-t 2] [-r 5] [--rows idle,depth,busy,parallel]
                                 [--depth 4096] [--depth-cache f32,f16] [--parallel 1,2,4,8,16]
-                                [--peer python]
+                                [--peer python] [--versus OLD_CHOREO]
 
 Models: by default SmolLM2-135M-Instruct Q4_1 (the one scripts/setup.sh installs) and the Llama-3.2-1B shape
 in Q8_0 and Q4_0, made by `choreo model synth` into bench-models/ of choreo's cache (scripts/choreo_cache.py) when missing.
@@ -27,6 +27,11 @@ with one repetition after its own warm-up, alternating which goes first (the two
 one llama.cpp run per round). On a shared machine the bandwidth a
 decode gets drifts over minutes; taking turns exposes both tools to the same drift. Each figure is the mean
 ± standard deviation over the rounds; "ratio" is the ratio of the means, with the range of per-round ratios.
+
+`--versus OLD_CHOREO` (a choreo binary of an earlier commit, e.g. one built by scripts/compare_binaries.sh) adds
+that binary to every row as one more variant taking turns with the others (old and new swap places every other
+round), and a last table gives new/old per test: a refactor that should change no speed shows ratios around 1
+within the per-round range.
 
 At the end: the machine's memory bandwidth (`bench_matmul stream`, measured before and after the rounds)
 and, for every model, the bytes per second its idle decode reads (weight bytes per token x tokens/s).
@@ -157,6 +162,7 @@ def main() -> None:
     ap.add_argument("--parallel", default="1,2,4,8,16")
     ap.add_argument("--parallel-n", type=int, default=32, help="tokens each parallel sequence generates")
     ap.add_argument("--peer", choices=["llama-bench", "python"], default="llama-bench")
+    ap.add_argument("--versus", metavar="OLD_CHOREO", help="also run this (older) choreo binary in every row")
     ap.add_argument("--cuda", action="store_true",
                     help="on a GPU: choreo --backend cuda against llama.cpp's CUDA build with every layer offloaded "
                          "(-ngl 99); scripts/gpu_check.sh")
@@ -209,10 +215,23 @@ def main() -> None:
                            "-ntg", pn, "-npl", a.parallel, "--output-format", "jsonl"] + t + offload,
                           batched_bench_tests, False))
 
+    if a.versus:
+        old_head = "old"
+        src = os.path.dirname(os.path.dirname(os.path.abspath(a.versus)))
+        got = subprocess.run(["git", "-C", src, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        if got.returncode == 0 and got.stdout.strip():
+            old_head = got.stdout.strip()
+        for i, (m, variants, *rest) in enumerate(pairs):
+            old = [(f"{row} ({old_head})", [a.versus] + cmd[1:]) for row, cmd in variants]
+            pairs[i] = (m, variants + old, *rest)
+
     results = {}  # (model, row, test) -> (ours list, theirs list)
     for round_ in range(a.r):
         for m, variants, ours_parse, theirs_cmd, theirs_parse, busy in pairs:
             steps = [(row, cmd, ours_parse) for row, cmd in variants] + [(None, theirs_cmd, theirs_parse)]
+            if a.versus and round_ % 4 >= 2:  # the old binary first in rounds 3-4, 7-8, ...
+                half = (len(steps) - 1) // 2
+                steps = steps[half:-1] + steps[:half] + steps[-1:]
             if round_ % 2:
                 steps = steps[-1:] + steps[:-1]  # llama.cpp first in odd rounds
             got = {}
@@ -244,6 +263,18 @@ def main() -> None:
               f"{om / tm:.2f}x | {min(per_round):.2f}–{max(per_round):.2f} |")
         if row == "idle" and test.startswith("tg"):
             idle_tg[m] = (om, tm)
+    if a.versus:
+        print(f"\nchoreo {head} against {old_head} ({a.versus}), same rounds\n")
+        print("| model | row | test | new t/s | old t/s | new/old | per-round new/old |")
+        print("|---|---|---|---:|---:|---:|---:|")
+        for (m, row, test), (o, _) in results.items():
+            old = results.get((m, f"{row} ({old_head})", test))
+            if not old or row.endswith(f"({old_head})"):
+                continue
+            per_round = [x / y for x, y in zip(o, old[0])]
+            print(f"| {os.path.basename(m)} | {row} | {test} | {statistics.mean(o):.1f} | "
+                  f"{statistics.mean(old[0]):.1f} | {statistics.mean(o) / statistics.mean(old[0]):.3f}x | "
+                  f"{min(per_round):.3f}–{max(per_round):.3f} |")
     if bw_before:
         print(f"\nMemory bandwidth (bench_matmul {a.t} stream), before / after the rounds: read "
               f"{bw_before[0]:.1f} / {bw_after[0]:.1f} GB/s, copy {bw_before[1]:.1f} / {bw_after[1]:.1f} GB/s\n")

@@ -4,7 +4,7 @@ prompts run round-robin while T0 holds only some of the prompts. Every configura
 the same documents; the outputs must be identical (the script checks), only the time differs.
 
 usage: scripts/bench_tiers.py [-m MODEL] [--agents 10] [--rounds 5] [--hold 4] [-r 3] [-t 2] [--cold]
-                              [--configs a,b,...] [--busy]
+                              [--configs a,b,...] [--busy] [--versus OLD_CHOREO]
 
 Configurations (T0 = --hold agents' prompts plus room for one turn):
   all-fit       T0 holds everything: nothing is evicted (the floor)
@@ -26,6 +26,8 @@ of the means, with the range of each round's ratio (against lru-recomp's run of 
 the time of every call but the first prefill of the prompts (what the tiers decide).
 Peak RSS is the largest over the rounds, from /usr/bin/time -v. With $CHOREO_CPU_LOCK set, each run holds that
 lock file (scripts/bench_lock.py), so builds taking the same lock wait for the end of a run.
+--versus OLD_CHOREO runs every configuration with that (older) binary too, taking turns with the new one, checks
+that its outputs are the same, and ends with a table of new/old times (a refactor should show ratios near 1).
 """
 import argparse
 import json
@@ -110,6 +112,7 @@ def main():
     ap.add_argument("--choreo", default=os.path.join(ROOT, "build", "choreo"))
     ap.add_argument("--cold", action="store_true", help="T2 reads without the page cache")
     ap.add_argument("--busy", action="store_true", help="a CPU-bound neighbour beside every run")
+    ap.add_argument("--versus", metavar="OLD_CHOREO", help="also run every configuration with this binary")
     ap.add_argument("--configs", default="", help="comma-separated subset of the configurations")
     args = ap.parse_args()
 
@@ -153,6 +156,11 @@ def main():
         if unknown:
             sys.exit(f"unknown configurations {unknown}; known: {list(configs)}")
         configs = {c: configs[c] for c in wanted}
+    binary = {c: args.choreo for c in configs}
+    if args.versus:
+        for c in list(configs):
+            configs[c + " (old)"] = configs[c]
+            binary[c + " (old)"] = args.versus
     print(f"T2 reads: {'cold (dropped from the page cache)' if args.cold else 'through the page cache'}; "
           f"{'a busy neighbour beside every run' if args.busy else 'no neighbour'}", flush=True)
     walls = {c: [] for c in configs}
@@ -162,7 +170,7 @@ def main():
     for r in range(args.repeat):
         order = list(configs) if r % 2 == 0 else list(reversed(configs))
         for c in order:
-            wall, tiers, outs, _ = run(args.choreo, args.model, row, args, configs[c], warm=c.endswith("-warm"))
+            wall, tiers, outs, _ = run(binary[c], args.model, row, args, configs[c], warm="-warm" in c)
             if outs != ref_out:
                 sys.exit(f"{c}: outputs differ from the all-fit run: tiers changed a result")
             walls[c].append(wall)
@@ -195,6 +203,15 @@ def main():
               f"{t['t0_peak_bytes'] / 2**20:.0f} / {t['t1_peak_bytes'] / 2**20:.0f} | {t['t2_write_bytes'] / 2**20:.0f} | "
               f"{rss[c]:.0f} |")
     print(f"\nevery configuration gave the all-fit run's {len(ref_out)} outputs exactly")
+    if args.versus:
+        print(f"\n| configuration | new s (mean) | old s (mean) | new/old | per-round new/old |\n|---|---|---|---|---|")
+        for c in configs:
+            if c.endswith(" (old)"):
+                continue
+            new, old = walls[c], walls[c + " (old)"]
+            per_round = [x / y for x, y in zip(new, old)]
+            print(f"| {c} | {statistics.mean(new):.2f} | {statistics.mean(old):.2f} | "
+                  f"{statistics.mean(new) / statistics.mean(old):.3f} | {min(per_round):.3f}-{max(per_round):.3f} |")
 
 
 if __name__ == "__main__":

@@ -96,6 +96,7 @@ kv::MessageId Engine::encoding_on(int model, kv::MessageId id, CallStats& stats)
                    variant == 0 && tiers_.has_stores() ? tiers_.load(key, model) : std::nullopt) {
       out = *loaded;
       stats.n_loaded += int(src.tokens.size());
+      stats.n_loaded_from[size_t(tiers_.store_tier(store_.record(out)))] += int(src.tokens.size());
       store_.record(out).source = a;
     } else {
       kv::Message& m = store_.create();

@@ -326,6 +326,7 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
       results[i].id = *loaded;
       results[i].loaded = true;
       results[i].stats.n_reused += int(r.tokens.size());
+      results[i].stats.n_loaded_from[size_t(tiers_.store_tier(store_.record(*loaded)))] += int(r.tokens.size());
       continue;
     }
     kv::Message& m = new_message(store_, pl, r.agent, r.visibility, r.tokens, r.model);
@@ -520,6 +521,10 @@ void Engine::generate(std::span<const DecodeRequest> requests, std::vector<Work>
           finished = true;
           res.stop_reason = "stop";
         }
+      }
+      if (!finished && r.cancelled && r.cancelled()) {
+        finished = true;
+        res.stop_reason = "cancelled";
       }
       if (!finished && int(res.generated.size()) >= budget) {
         finished = true;

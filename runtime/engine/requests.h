@@ -1,6 +1,7 @@
 #pragma once
 // The calls the engine takes and what it answers (runtime/engine/engine.h runs them).
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -23,6 +24,10 @@ struct CallStats {
   // KV tiers (runtime/kv/tiers.h): what it took to bring evicted parents back to T0 before the call ran.
   int n_loaded = 0;       // tokens loaded back from T1 (host memory) or T2 (disk)
   int n_recomputed = 0;   // tokens recomputed because no tier held them (not counted in n_computed)
+  // Tokens loaded back, by the tier they came from (index 1: T1, 2: T2, 3: T3): n_loaded's, and a prefill's
+  // own tokens when its encoding was loaded from a store by content key (PrefillResult::loaded), which
+  // n_loaded leaves out (they are in n_reused).
+  std::array<int, 4> n_loaded_from{};
   // Tokens of parents (and their ancestors) encoded by another model that this call's model encoded for
   // itself first, whole (`recompute` plan) or some layers (`partial`). Not in n_computed or n_recomputed;
   // the parents' tokens are in n_reused as every parent's are (the call itself attends to them).
@@ -74,6 +79,9 @@ struct DecodeRequest {
   // pass, as a prefill is: the same message, its keys and values rounded as a prefill's (finetune's traces).
   std::vector<model::Token> forced;
   std::function<void(model::Token)> on_token;  // called with each generated token as it is drawn (streaming)
+  // Asked after each token is drawn: true ends the call there (stop_reason "cancelled"), its message holding
+  // what was generated so far; the other calls of its batch go on (choreo serve: the client is gone).
+  std::function<bool()> cancelled;
   std::string agent;
   kv::Visibility visibility = kv::Visibility::Public;
   int model = 0;  // which of the engine's models runs it (Engine::models())
@@ -97,7 +105,7 @@ struct DecodeResult {
   kv::MessageId id = kv::kNoMessage;
   std::vector<model::Token> generated;  // excludes the header; includes a final EOG token if one was drawn
   std::string text;                     // detokenised generated tokens, EOG excluded, cut at a stop string
-  std::string stop_reason;              // "eog", "stop", "length"
+  std::string stop_reason;              // "eog", "stop", "length", "cancelled"
   std::vector<TokenLogprobs> logprobs;
   std::vector<std::vector<float>> logits;  // with record_logits: logits that produced each generated token
   CallStats stats;

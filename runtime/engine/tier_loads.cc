@@ -147,10 +147,13 @@ bool TierManager::finish_load(kv::Message& m, Load& load, CallStats* stats) {
   place_e_cache(m);
   record(load.background ? kv::TierEvent::Kind::Prefetch : kv::TierEvent::Kind::Load, load.tier, m, load.bytes,
          load.start_ms);
-  if (load.background)
+  if (load.background) {
     m.prefetched = true;
-  else if (stats)
+    m.prefetched_from = load.tier;
+  } else if (stats) {
     stats->n_loaded += int(n_tokens);
+    stats->n_loaded_from[size_t(load.tier)] += int(n_tokens);
+  }
   return true;
 }
 

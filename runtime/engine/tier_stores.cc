@@ -242,6 +242,12 @@ bool TierManager::persisted(kv::MessageId id) {
 
 // ---- loads by content key ----------------------------------------------------------------------------
 
+int TierManager::store_tier(const kv::Message& m) const {
+  for (const Store& s : stores_)
+    if (m.in_stores & s.bit) return s.store->tier();
+  return 0;
+}
+
 std::optional<kv::MessageId> TierManager::load(uint64_t key, int model) {
   if (kv::Message* m = messages_.find(key)) return m->id;  // keys cover the model: this is its encoding
   if (stores_.empty()) return std::nullopt;

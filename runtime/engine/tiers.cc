@@ -91,7 +91,10 @@ void TierManager::make_resident(kv::Message& m, CallStats* stats) {
   if (m.prefetched && m.resident()) {
     m.prefetched = false;
     ++stats_.prefetch_used;
-    if (stats) stats->n_loaded += int(m.tokens.size());
+    if (stats) {
+      stats->n_loaded += int(m.tokens.size());
+      stats->n_loaded_from[size_t(m.prefetched_from)] += int(m.tokens.size());
+    }
   }
   if (m.resident() || !m.complete()) return;  // in T0 already, or nothing encoded to bring back
   const double t0 = steady_ms();

@@ -139,6 +139,8 @@ class TierManager {
   /// True when the persist store holds a usable entry of the message: header (and MAC when keyed) and every
   /// page and E cache checked. A damaged one is reported.
   bool persisted(kv::MessageId id);
+  /// The tier (2 or 3) of the fastest store known to hold m's entry; 0 when none is.
+  int store_tier(const kv::Message& m) const;
   /// Whether computed prefills are persisted as they are made (StoreUse::persist_prefills).
   bool persists_prefills() const;
   /// m's E caches at `layers` from its entry in a store (those it holds, each checked), or none: for a plan

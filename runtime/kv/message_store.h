@@ -116,6 +116,7 @@ struct Message {
   uint32_t in_stores = 0;
   bool loading = false;               // a prefetch is filling its T0 pages: not readable until it settles
   bool prefetched = false;            // brought to T0 by a prefetch, and not read by a call since
+  int prefetched_from = 0;            // the tier that prefetch read (1: T1, 2: T2, 3: T3)
   uint64_t last_use = 0;
   double last_use_ms = 0;             // steady_ms() of the last use (a `ttl` hint counts from it)
   /// The T1 (host memory) copy of the pages, or empty (runtime/kv/tiers.h).

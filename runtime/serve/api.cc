@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "dsl/expr/value.h"
+#include "runtime/serve/json_fields.h"
 
 namespace choreo::serve {
 
@@ -14,64 +15,6 @@ namespace {
 
 constexpr int kMaxChoices = 16;
 constexpr size_t kMaxStops = 16;
-
-ApiError bad(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
-  return ApiError(400, "invalid_request_error", code, message, param);
-}
-
-std::string json_type(const json& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "a list";
-  return "an object";
-}
-
-/// The field `name` of `body` when present and not null.
-const json* field(const json& body, const char* name) {
-  const auto it = body.find(name);
-  return it == body.end() || it->is_null() ? nullptr : &*it;
-}
-
-double number(const json& body, const char* name, double lo, double hi, double fallback) {
-  const json* v = field(body, name);
-  if (!v) return fallback;
-  if (!v->is_number()) throw bad(name, fmt::format("'{}' must be a number, not {}", name, json_type(*v)), "invalid_type");
-  const double x = v->get<double>();
-  if (!(x >= lo && x <= hi)) throw bad(name, fmt::format("'{}' must be between {} and {}; got {}", name, lo, hi, x));
-  return x;
-}
-
-int64_t integer(const json& body, const char* name, int64_t lo, int64_t hi, int64_t fallback) {
-  const json* v = field(body, name);
-  if (!v) return fallback;
-  if (!v->is_number_integer() && !v->is_number_unsigned())
-    throw bad(name, fmt::format("'{}' must be an integer, not {}", name, json_type(*v)), "invalid_type");
-  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(hi))
-    throw bad(name, fmt::format("'{}' must be at most {}", name, hi));
-  const int64_t x = v->get<int64_t>();
-  if (x < lo || x > hi) throw bad(name, fmt::format("'{}' must be between {} and {}; got {}", name, lo, hi, x));
-  return x;
-}
-
-bool boolean(const json& body, const char* name, bool fallback) {
-  const json* v = field(body, name);
-  if (!v) return fallback;
-  if (!v->is_boolean()) throw bad(name, fmt::format("'{}' must be true or false, not {}", name, json_type(*v)), "invalid_type");
-  return v->get<bool>();
-}
-
-std::string text(const json& body, const char* name, bool required) {
-  const json* v = field(body, name);
-  if (!v) {
-    if (required) throw bad(name, fmt::format("'{}' is required", name), "missing_required_parameter");
-    return {};
-  }
-  if (!v->is_string()) throw bad(name, fmt::format("'{}' must be a string, not {}", name, json_type(*v)), "invalid_type");
-  return v->get<std::string>();
-}
 
 /// A message's content: a string, or a list of text blocks joined (the part types each API names for text).
 std::string content_text(const json& content, const std::string& param) {
@@ -140,26 +83,37 @@ void parse_agent(const json& body, ApiRequest& r) {
   if (r.agent.empty()) r.agent = text(body, "user", false);
 }
 
-void reject_extensions(const json& body) {
-  if (field(body, "choreo"))
-    throw bad("choreo", "choreo's request extensions (message ids, item_reference parents, output ids, retention) "
-                        "are not available in this build of choreo serve yet; send plain requests",
-              "unsupported_extension");
+/// Adds a message to the request's prompt, and to its extension items when it has extensions (`m`: the
+/// message's object, whose `choreo` object is read; null for a system prompt given apart).
+void add_message(ApiRequest& r, const json* m, const std::string& param, std::string role, std::string text) {
+  if (r.choreo) {
+    ChoreoItem item;
+    item.param = param;
+    item.role = role;
+    item.text = text;
+    if (m) parse_message_extension(*m, param, item);
+    r.choreo->items.push_back(std::move(item));
+  }
+  r.messages.push_back({std::move(role), std::move(text)});
 }
 
-/// Calls `each(message, param, content)` for every message of the body's `messages` list, after checking what
-/// both APIs ask of it: a non-empty list of objects, each with content, none a choreo extension.
+/// Calls `each(message, param, content)` for every message of the body's list `name` after checking what the
+/// APIs ask of it (a non-empty list of objects, each with content); item_reference entries become the
+/// request's extension items instead.
 template <typename F>
-void for_each_message(const json& body, F each) {
-  const json* messages = field(body, "messages");
-  if (!messages) throw bad("messages", "'messages' is required", "missing_required_parameter");
-  if (!messages->is_array() || messages->empty()) throw bad("messages", "'messages' must be a non-empty list", "invalid_type");
+void for_each_message(const json& body, const char* name, ApiRequest& r, F each) {
+  const json* messages = field(body, name);
+  if (!messages) throw bad(name, fmt::format("'{}' is required", name), "missing_required_parameter");
+  if (!messages->is_array() || messages->empty())
+    throw bad(name, fmt::format("'{}' must be a non-empty list", name), "invalid_type");
   for (size_t i = 0; i < messages->size(); ++i) {
     const json& m = (*messages)[i];
-    const std::string param = fmt::format("messages[{}]", i);
+    const std::string param = fmt::format("{}[{}]", name, i);
     if (!m.is_object()) throw bad(param, fmt::format("'{}' must be an object", param), "invalid_type");
-    if (m.contains("type") && m["type"] == "item_reference") reject_extensions(json{{"choreo", true}});
-    reject_extensions(m);
+    if (is_item_reference(m)) {
+      r.choreo->items.push_back(parse_reference(m, param));  // r.choreo is set: uses_extensions saw it
+      continue;
+    }
     const json* content = field(m, "content");
     if (!content) throw bad(param + ".content", fmt::format("'{}.content' is required", param), "missing_required_parameter");
     each(m, param, *content);
@@ -167,8 +121,8 @@ void for_each_message(const json& body, F each) {
 }
 
 void parse_chat_messages(const json& body, ApiRequest& r) {
-  for_each_message(body, [&](const json& m, const std::string& param, const json& content) {
-    r.messages.push_back({role_of(m, param, true), content_text(content, param + ".content")});
+  for_each_message(body, "messages", r, [&](const json& m, const std::string& param, const json& content) {
+    add_message(r, &m, param, role_of(m, param, true), content_text(content, param + ".content"));
   });
 }
 
@@ -199,22 +153,18 @@ void parse_completions(const json& body, ApiRequest& r) {
 
 void parse_responses(const json& body, ApiRequest& r) {
   if (std::string instructions = text(body, "instructions", false); !instructions.empty())
-    r.messages.push_back({"system", instructions});
+    add_message(r, nullptr, "instructions", "system", instructions);
   const json* input = field(body, "input");
   if (!input) throw bad("input", "'input' is required", "missing_required_parameter");
   if (input->is_string()) {
-    r.messages.push_back({"user", input->get<std::string>()});
+    add_message(r, nullptr, "input", "user", input->get<std::string>());
   } else if (input->is_array()) {
-    for (size_t i = 0; i < input->size(); ++i) {
-      const json& item = (*input)[i];
-      const std::string param = fmt::format("input[{}]", i);
-      if (!item.is_object()) throw bad(param, fmt::format("'{}' must be an object", param), "invalid_type");
+    for_each_message(body, "input", r, [&](const json& item, const std::string& param, const json& content) {
       if (const json* type = field(item, "type"); type && *type != "message")
-        throw bad(param + ".type", "only input items of type 'message' are supported", "unsupported_content");
-      const json* content = field(item, "content");
-      if (!content) throw bad(param + ".content", fmt::format("'{}.content' is required", param), "missing_required_parameter");
-      r.messages.push_back({role_of(item, param, true), content_text(*content, param + ".content")});
-    }
+        throw bad(param + ".type", "only input items of type 'message' and 'item_reference' are supported",
+                  "unsupported_content");
+      add_message(r, &item, param, role_of(item, param, true), content_text(content, param + ".content"));
+    });
   } else {
     throw bad("input", "'input' must be a string or a list of messages", "invalid_type");
   }
@@ -253,11 +203,11 @@ std::string anthropic_content(const json& content, const std::string& param, Api
 void parse_messages(const json& body, ApiRequest& r) {
   if (const json* system = field(body, "system")) {
     if (!system->is_string() && !system->is_array()) throw bad("system", "'system' must be a string or a list of text blocks", "invalid_type");
-    r.messages.push_back({"system", anthropic_content(*system, "system", r, 1)});
+    add_message(r, nullptr, "system", "system", anthropic_content(*system, "system", r, 1));
   }
-  for_each_message(body, [&](const json& m, const std::string& param, const json& content) {
-    const std::string role = role_of(m, param, false);
-    r.messages.push_back({role, anthropic_content(content, param + ".content", r, int(r.messages.size()) + 1)});
+  for_each_message(body, "messages", r, [&](const json& m, const std::string& param, const json& content) {
+    std::string role = role_of(m, param, false);
+    add_message(r, &m, param, role, anthropic_content(content, param + ".content", r, int(r.messages.size()) + 1));
   });
   // A request-level cache_control caches the whole prompt (up to its last message).
   if (const std::chrono::seconds ttl = cache_ttl(body, "request"); ttl.count() > 0) {
@@ -288,7 +238,13 @@ ApiRequest parse_request(ApiKind kind, const json& body) {
   ApiRequest r;
   r.kind = kind;
   r.model = text(body, "model", kind == ApiKind::Messages);
-  reject_extensions(body);
+  if (uses_extensions(body, field(body, kind == ApiKind::Responses ? "input" : "messages"))) {
+    if (kind == ApiKind::Completions)
+      throw bad("choreo", "choreo's extensions need a message list: use /v1/chat/completions, /v1/responses or "
+                          "/v1/messages",
+                "unsupported_extension");
+    parse_request_extension(body, r.choreo.emplace());
+  }
   parse_sampling(body, r);
   parse_agent(body, r);
   r.ignore_eos = boolean(body, "ignore_eos", false);
@@ -297,6 +253,14 @@ ApiRequest parse_request(ApiKind kind, const json& body) {
     case ApiKind::Completions: parse_completions(body, r); break;
     case ApiKind::Responses: parse_responses(body, r); break;
     case ApiKind::Messages: parse_messages(body, r); break;
+  }
+  if (r.choreo) {
+    if (r.n != 1) throw bad("n", "choreo's extensions take one choice per request ('n' must be 1)", "unsupported_parameter");
+    if (r.previous_response_id)
+      throw bad("previous_response_id", "with choreo's extensions, name earlier messages with item_reference "
+                                        "entries instead of previous_response_id",
+                "unsupported_parameter");
+    if (!r.choreo->agent_id.empty()) r.agent = r.choreo->agent_id;
   }
   return r;
 }
@@ -311,7 +275,7 @@ std::string error_body(ApiKind kind, const ApiError& e) {
 
 json choreo_usage(const GenerationResult& result) {
   const PromptUsage& u = result.usage;
-  return json{{"prompt_tokens", u.prompt_tokens},
+  json out{{"prompt_tokens", u.prompt_tokens},
               {"reused_prefix_tokens", u.prefix_reused},
               {"reused_out_of_prefix_tokens", u.reused_out_of_prefix},
               {"computed_tokens", u.computed},
@@ -319,6 +283,9 @@ json choreo_usage(const GenerationResult& result) {
               {"recomputed_tokens", u.recomputed},
               {"ttft_ms", result.ttft_ms},
               {"total_ms", result.total_ms}};
+  if (!result.message_id.empty()) out["message_id"] = result.message_id;
+  if (!result.pins_refused.empty()) out["pins_refused"] = result.pins_refused;
+  return out;
 }
 
 namespace {
@@ -389,7 +356,9 @@ std::string answer_body(const ApiRequest& request, const Answer& a, const Genera
     }
     case ApiKind::Responses: {
       const Choice& c = result.choices.at(0);
-      json message{{"type", "message"}, {"id", "msg_" + a.id.substr(5)}, {"status", "completed"}, {"role", "assistant"},
+      // With choreo's extensions the output message's id is the answer's: an item_reference can name it.
+      const std::string message_id = result.message_id.empty() ? "msg_" + a.id.substr(5) : result.message_id;
+      json message{{"type", "message"}, {"id", message_id}, {"status", "completed"}, {"role", "assistant"},
                    {"content", json::array({{{"type", "output_text"}, {"text", c.text}, {"annotations", json::array()}}})}};
       out = {{"id", a.id}, {"object", "response"}, {"created_at", a.created}, {"model", a.model},
              {"status", c.finish_reason == "length" ? "incomplete" : "completed"},

@@ -12,6 +12,7 @@
 
 #include "runtime/model/chat_template.h"
 #include "runtime/model/sampler.h"
+#include "runtime/serve/choreo_request.h"
 #include "runtime/serve/request.h"
 
 namespace choreo::serve {
@@ -37,6 +38,9 @@ struct ApiRequest {
   int cache_control_messages = 0;             // Anthropic: messages up to the last cache_control breakpoint
   std::optional<std::string> previous_response_id;  // responses
   bool store = true;                                // responses
+  /// choreo's extensions (runtime/serve/choreo_request.h): set when the request uses any. Its items are the
+  /// prompt then (`messages` holds the messages among them).
+  std::optional<ChoreoRequest> choreo;
 };
 
 /// Parses a request body of `kind` (a JSON object). ApiError 400 names the field that is wrong.

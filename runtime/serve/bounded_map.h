@@ -1,5 +1,6 @@
 #pragma once
-// A map that keeps its newest entries: the responses `choreo serve` stores for previous_response_id.
+// A map that keeps its newest entries: the responses `choreo serve` stores for previous_response_id, and the
+// names clients give messages (choreo.id).
 
 #include <list>
 #include <string>
@@ -8,7 +9,7 @@
 
 namespace choreo::serve {
 
-/// Keeps the `capacity` most recently put entries; not thread-safe.
+/// Keeps the `capacity` most recently put (or used) entries; not thread-safe.
 template <typename V>
 class BoundedMap {
  public:
@@ -16,6 +17,13 @@ class BoundedMap {
   const V* find(const std::string& key) const {
     const auto it = index_.find(key);
     return it == index_.end() ? nullptr : &it->second->second;
+  }
+  /// As find, and makes the entry the newest.
+  V* use(const std::string& key) {
+    const auto it = index_.find(key);
+    if (it == index_.end()) return nullptr;
+    order_.splice(order_.begin(), order_, it->second);
+    return &it->second->second;
   }
   void put(const std::string& key, V value) {
     if (const auto it = index_.find(key); it != index_.end()) {

@@ -12,10 +12,6 @@ namespace choreo::serve {
 
 namespace {
 
-double ms_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-}
-
 ApiError out_of_room() {
   return ApiError(503, "server_error", "kv_budget_exhausted",
                   "the server's KV cache budget is spent by requests in flight; retry later",
@@ -23,62 +19,6 @@ ApiError out_of_room() {
 }
 
 }  // namespace
-
-bool PlainGeneration::next(std::vector<PlainEvent>* events) {
-  std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return done_ || !events_.empty(); });
-  events->assign(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
-  events_.clear();
-  return !events->empty() || !done_;
-}
-
-GenerationResult PlainGeneration::wait() {
-  std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return done_; });
-  if (error_) std::rethrow_exception(error_);
-  return result_;
-}
-
-PromptUsage PlainGeneration::wait_admitted() {
-  std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return done_ || usage_; });
-  if (error_) std::rethrow_exception(error_);
-  return usage_ ? *usage_ : result_.usage;
-}
-
-void PlainGeneration::admitted(const PromptUsage& usage) {
-  {
-    std::lock_guard lock(mutex_);
-    usage_ = usage;
-  }
-  changed_.notify_all();
-}
-
-void PlainGeneration::emit(size_t choice, std::string text) {
-  {
-    std::lock_guard lock(mutex_);
-    events_.push_back({choice, std::move(text)});
-  }
-  changed_.notify_all();
-}
-
-void PlainGeneration::finish(GenerationResult result) {
-  {
-    std::lock_guard lock(mutex_);
-    result_ = std::move(result);
-    done_ = true;
-  }
-  changed_.notify_all();
-}
-
-void PlainGeneration::fail(std::exception_ptr error) {
-  {
-    std::lock_guard lock(mutex_);
-    error_ = std::move(error);
-    done_ = true;
-  }
-  changed_.notify_all();
-}
 
 /// A generation whose choices are still decoding.
 struct PlainDecoder::Open {
@@ -132,7 +72,7 @@ void PlainDecoder::admit(const std::shared_ptr<PlainGeneration>& g) {
       Decoding c{open, size_t(i), slots[size_t(i)], model::Sampler(sp), TextStream(r.stop), 0, 0};
       if (advance(c, logits)) choices_.push_back(std::move(c));
     }
-    open->result.ttft_ms = ms_since(g->created());
+    open->result.ttft_ms = g->ms_since_created();
   } catch (...) {
     if (first_slot) {
       cache_.session(*first_slot).reset();
@@ -188,7 +128,7 @@ void PlainDecoder::end(Decoding& c, const std::string& reason) {
   open.result.completion_tokens += c.n_generated;
   cache_.release(c.slot, open.g->request().keep_for);
   if (--open.remaining == 0) {
-    open.result.total_ms = ms_since(open.g->created());
+    open.result.total_ms = open.g->ms_since_created();
     open.g->finish(std::move(open.result));
   }
 }

@@ -6,18 +6,14 @@
 // step. Each choice's logits are those of a lone `choreo generate` run of the same prompt (batch-invariant
 // kernels), so with the same seed its text is the same, bit for bit, whatever else the server is doing.
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <exception>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "runtime/model/sampler.h"
+#include "runtime/serve/generation.h"
 #include "runtime/serve/request.h"
 #include "runtime/serve/session_cache.h"
 #include "runtime/serve/text_stream.h"
@@ -25,60 +21,20 @@
 namespace choreo::serve {
 
 /// What a plain generation asks for.
-struct PlainRequest {
+struct PlainRequest : GenerationSettings {
   std::vector<model::Token> prompt;  // BOS included when the model adds one
-  int model = 0;
   int n = 1;                         // choices; choice i samples with seed + i
-  model::SamplingParams sampling;
-  int max_tokens = 0;                // <= 0: up to the context length
-  std::vector<std::string> stop;
   std::chrono::seconds keep_for{0};  // keep the sessions this long before dropping them for room
-  bool ignore_eos = false;           // end-of-generation tokens are never drawn (llama.cpp's ignore_eos)
-};
-
-/// Text a choice may show now.
-struct PlainEvent {
-  size_t choice = 0;
-  std::string text;
 };
 
 /// One plain generation in flight: filled by the engine thread, read by the request's thread.
-class PlainGeneration {
+class PlainGeneration : public Generation {
  public:
-  explicit PlainGeneration(PlainRequest request)
-      : request_(std::move(request)), created_(std::chrono::steady_clock::now()) {}
+  explicit PlainGeneration(PlainRequest request) : request_(std::move(request)) {}
   const PlainRequest& request() const { return request_; }
-
-  // The request's thread.
-  /// Waits for text or the end. Moves the text out into `events`; false once the generation has ended and
-  /// everything was taken.
-  bool next(std::vector<PlainEvent>* events);
-  /// Waits until the prompt is evaluated; its usage, or what the generation threw.
-  PromptUsage wait_admitted();
-  /// The client is gone: the choices stop before their next token.
-  void cancel() { cancelled_ = true; }
-  /// Waits for the end; the result, or what the generation threw.
-  GenerationResult wait();
-
-  // The engine thread.
-  bool cancelled() const { return cancelled_; }
-  void admitted(const PromptUsage& usage);
-  void emit(size_t choice, std::string text);
-  void finish(GenerationResult result);
-  void fail(std::exception_ptr error);
-  std::chrono::steady_clock::time_point created() const { return created_; }
 
  private:
   PlainRequest request_;
-  std::chrono::steady_clock::time_point created_;
-  std::atomic<bool> cancelled_{false};
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::deque<PlainEvent> events_;
-  bool done_ = false;
-  std::optional<PromptUsage> usage_;
-  GenerationResult result_;
-  std::exception_ptr error_;
 };
 
 /// What the plain decoder did so far (GET /metrics).
@@ -100,6 +56,8 @@ class PlainDecoder {
   void step();
   bool active() const { return !choices_.empty(); }
   const SessionCache& cache() const { return cache_; }
+  /// Drops idle sessions, least recently used first, until `bytes` more fit in T0 (SessionCache::make_room).
+  void make_room(size_t bytes) { cache_.make_room(bytes); }
   const PlainStats& stats() const { return stats_; }
 
  private:

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/kv/message_store.h"
+#include "runtime/model/sampler.h"
 
 namespace choreo::serve {
 
@@ -22,6 +23,15 @@ struct ApiError : std::runtime_error {
   ApiError(int status_, std::string type_, std::string code_, const std::string& message, std::string param_ = {})
       : std::runtime_error(message), status(status_), type(std::move(type_)), code(std::move(code_)),
         param(std::move(param_)) {}
+};
+
+/// How a generation decodes, whatever its prompt.
+struct GenerationSettings {
+  int model = 0;  // which of the engine's models
+  model::SamplingParams sampling;
+  int max_tokens = 0;  // <= 0: up to the context length
+  std::vector<std::string> stop;
+  bool ignore_eos = false;  // end-of-generation never ends it (llama.cpp's ignore_eos)
 };
 
 /// One choice of a generation.
@@ -50,6 +60,8 @@ struct GenerationResult {
   int completion_tokens = 0;
   double ttft_ms = 0, total_ms = 0;
   std::string response_id;  // set when the request is stored for a later previous_response_id
+  std::string message_id;   // choreo's extensions: the answer's id, which later requests can name
+  std::vector<std::string> pins_refused;  // choreo's extensions: messages whose pins the budget refused
 };
 
 }  // namespace choreo::serve

@@ -36,7 +36,7 @@ std::string printable(std::string s) {
 }  // namespace
 
 Server::Server(std::unique_ptr<runtime::OpenedEngine> engine, std::vector<std::string> model_ids, ServeOptions options)
-    : options_(std::move(options)), model_ids_(std::move(model_ids)), service_(std::move(engine)),
+    : options_(std::move(options)), model_ids_(std::move(model_ids)), service_(std::move(engine), options_.extensions),
       stored_(options_.max_stored_responses) {
   id_salt_ = std::random_device{}();
   id_salt_ = (id_salt_ << 32) ^ std::random_device{}();
@@ -90,7 +90,36 @@ std::string Server::gauges() {
       "# TYPE choreo_requests_in_flight gauge\n"
       "choreo_requests_in_flight {}\n",
       s.t0_in_use_bytes, s.t0_budget_bytes, s.sessions, s.cache.extended, s.cache.copied, s.cache.dropped,
-      s.plain.steps, s.plain.step_rows, in_flight_.load());
+      s.plain.steps, s.plain.step_rows, in_flight_.load()) + extension_gauges(s) +
+      render_tiers(s.tiers, s.t1_in_use_bytes, s.t1_budget_bytes);
+}
+
+std::string Server::extension_gauges(const EngineService::Snapshot& s) {
+  const ExtensionStats& e = s.extensions;
+  return fmt::format(
+      "# HELP choreo_extension_groups_total Groups of requests with choreo's extensions run together.\n"
+      "# TYPE choreo_extension_groups_total counter\n"
+      "choreo_extension_groups_total {}\n"
+      "# HELP choreo_extension_batches_total Engine batches of those groups (prefill waves and decodes), and the "
+      "calls in them.\n"
+      "# TYPE choreo_extension_batches_total counter\n"
+      "choreo_extension_batches_total{{op=\"prefill\"}} {}\n"
+      "choreo_extension_batches_total{{op=\"decode\"}} {}\n"
+      "choreo_extension_calls_total{{op=\"prefill\"}} {}\n"
+      "choreo_extension_calls_total{{op=\"decode\"}} {}\n"
+      "choreo_extension_deferred_total {}\n"
+      "# HELP choreo_message_names Message names (choreo.id, output ids) the server keeps.\n"
+      "# TYPE choreo_message_names gauge\n"
+      "choreo_message_names {}\n"
+      "# HELP choreo_pinned_bytes T0 bytes held by pins whose leases run, and the pins granted, refused and "
+      "expired.\n"
+      "# TYPE choreo_pinned_bytes gauge\n"
+      "choreo_pinned_bytes {}\n"
+      "choreo_pins_total{{event=\"granted\"}} {}\n"
+      "choreo_pins_total{{event=\"refused\"}} {}\n"
+      "choreo_pins_total{{event=\"expired\"}} {}\n",
+      e.groups, e.prefill_batches, e.decode_batches, e.prefills, e.decodes, e.deferred, s.names, s.pinned_bytes,
+      s.hints.pins_granted, s.hints.pins_refused, s.hints.pins_expired);
 }
 
 void Server::handle(const HttpRequest& request, HttpResponder& r) {
@@ -156,7 +185,7 @@ void Server::generation(ApiKind kind, const std::string& endpoint, const HttpReq
     const int model = resolve_model(api.model);
     if (api.agent.empty()) api.agent = request.header("x-choreo-agent");
     if (api.agent.empty()) api.agent = request.header("x-session-id");
-    run_generation(api, model, request, r, endpoint);
+    run_generation(api, model, r, endpoint);
     return;
   } catch (const ApiError& e) {
     status = e.status;
@@ -194,25 +223,47 @@ std::vector<model::Token> Server::prompt_tokens(ApiRequest& api, int model) {
   return weights.vocab().tokenize(model::render_chat(weights.chat_format(), api.messages, true), true, true);
 }
 
-void Server::run_generation(ApiRequest& api, int model, const HttpRequest& request, HttpResponder& r,
-                            const std::string& endpoint) {
+GenerationSettings Server::settings(const ApiRequest& api, int model) {
+  GenerationSettings s;
+  s.model = model;
+  s.sampling = api.sampling;
+  s.max_tokens = api.max_tokens;
+  s.stop = api.stop;
+  s.ignore_eos = api.ignore_eos;
+  return s;
+}
+
+std::shared_ptr<Generation> Server::start_plain(ApiRequest& api, int model) {
   PlainRequest plain;
+  static_cast<GenerationSettings&>(plain) = settings(api, model);
   plain.prompt = prompt_tokens(api, model);
-  plain.model = model;
   plain.n = api.n;
-  plain.sampling = api.sampling;
-  if (!api.seeded) plain.sampling.seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-  plain.max_tokens = api.max_tokens;
-  plain.stop = api.stop;
   plain.keep_for = api.keep_for;
-  plain.ignore_eos = api.ignore_eos;
+  auto g = std::make_shared<PlainGeneration>(std::move(plain));
+  service_.start(g);
+  return g;
+}
+
+std::shared_ptr<Generation> Server::start_extension(ApiRequest& api, int model) {
+  ExtensionRequest e;
+  static_cast<GenerationSettings&>(e) = settings(api, model);
+  e.ext = std::move(*api.choreo);
+  api.choreo.reset();
+  e.agent = api.agent;
+  auto g = std::make_shared<ExtensionGeneration>(std::move(e));
+  service_.start(g);
+  return g;
+}
+
+void Server::run_generation(ApiRequest& api, int model, HttpResponder& r, const std::string& endpoint) {
+  if (!api.seeded) api.sampling.seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+  const bool extended = api.choreo.has_value();
   const char* prefix = api.kind == ApiKind::ChatCompletions ? "chatcmpl-"
                        : api.kind == ApiKind::Completions   ? "cmpl-"
                        : api.kind == ApiKind::Responses     ? "resp_"
                                                             : "msg_";
   const Answer answer{new_id(prefix), model_ids_[size_t(model)], unix_seconds(), api.previous_response_id};
-  auto g = std::make_shared<PlainGeneration>(std::move(plain));
-  service_.start(g);
+  const std::shared_ptr<Generation> g = extended ? start_extension(api, model) : start_plain(api, model);
   GenerationResult result;
   if (!api.stream) {
     result = g->wait();
@@ -222,9 +273,9 @@ void Server::run_generation(ApiRequest& api, int model, const HttpRequest& reque
     r.begin_stream(200, "text/event-stream");
     bool open = true;
     for (const std::string& e : stream_start(api, answer, usage)) open = open && r.write(e);
-    std::vector<PlainEvent> events;
+    std::vector<TextEvent> events;
     while (g->next(&events))
-      for (const PlainEvent& e : events)
+      for (const TextEvent& e : events)
         if (open && !(open = r.write(stream_text(api, answer, e.choice, e.text)))) g->cancel();
     try {
       result = g->wait();
@@ -234,7 +285,7 @@ void Server::run_generation(ApiRequest& api, int model, const HttpRequest& reque
     }
     for (const std::string& e : stream_end(api, answer, result)) open = open && r.write(e);
   }
-  if (api.kind == ApiKind::Responses && api.store) {
+  if (api.kind == ApiKind::Responses && api.store && !extended) {
     Stored s;
     s.model = model;
     const size_t system = !api.messages.empty() && api.messages[0].role == "system" ? 1 : 0;
@@ -244,10 +295,8 @@ void Server::run_generation(ApiRequest& api, int model, const HttpRequest& reque
     stored_.put(answer.id, std::move(s));
   }
   metrics_.request(endpoint, 200);
-  metrics_.generation(result.usage.prompt_tokens, result.usage.prefix_reused, result.usage.computed,
-                      result.completion_tokens, result.ttft_ms / 1000, result.total_ms / 1000);
+  metrics_.generation(result.usage, result.completion_tokens, result.ttft_ms / 1000, result.total_ms / 1000);
   log_line(answer.id, api, result, 200);
-  (void)request;
 }
 
 void Server::log_line(const std::string& id, const ApiRequest& api, const GenerationResult& result, int status) {
@@ -256,7 +305,7 @@ void Server::log_line(const std::string& id, const ApiRequest& api, const Genera
                "serve: %s agent=%s status=%d prompt=%d computed=%d reused=%d loaded=%d generated=%d ttft=%.1fms "
                "total=%.1fms\n",
                id.c_str(), api.agent.empty() ? "-" : printable(api.agent).c_str(), status, result.usage.prompt_tokens,
-               result.usage.computed, result.usage.prefix_reused,
+               result.usage.computed, result.usage.prefix_reused + result.usage.reused_out_of_prefix,
                result.usage.loaded_t1 + result.usage.loaded_t2 + result.usage.loaded_t3, result.completion_tokens,
                result.ttft_ms, result.total_ms);
   std::fflush(options_.log);

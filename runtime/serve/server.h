@@ -26,6 +26,7 @@ struct ServeOptions {
   bool metrics = false;           // GET /metrics
   bool log_requests = true;       // one line per request on `log`
   size_t max_stored_responses = size_t(1) << 14;
+  ExtensionOptions extensions;    // pins' budget and lease, names kept
   std::FILE* log = stderr;
 };
 
@@ -45,13 +46,16 @@ class Server {
     int model = 0;
   };
   void generation(ApiKind kind, const std::string& endpoint, const HttpRequest& request, HttpResponder& responder);
-  void run_generation(ApiRequest& api, int model, const HttpRequest& request, HttpResponder& responder,
-                      const std::string& endpoint);
+  void run_generation(ApiRequest& api, int model, HttpResponder& responder, const std::string& endpoint);
+  static GenerationSettings settings(const ApiRequest& api, int model);
+  std::shared_ptr<Generation> start_plain(ApiRequest& api, int model);
+  std::shared_ptr<Generation> start_extension(ApiRequest& api, int model);
   std::vector<model::Token> prompt_tokens(ApiRequest& api, int model);
   int resolve_model(const std::string& id) const;
   bool authorized(const HttpRequest& request) const;
   std::string new_id(const char* prefix);
   std::string gauges();
+  static std::string extension_gauges(const EngineService::Snapshot& s);
   void log_line(const std::string& id, const ApiRequest& api, const GenerationResult& result, int status);
 
   ServeOptions options_;

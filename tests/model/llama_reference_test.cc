@@ -70,7 +70,13 @@ void compare_with_llama_cpp(const std::string& path, const std::vector<std::stri
     double rel = max_diff / double(*hi - *lo);
     worst = std::max(worst, rel);
     CHECK(rel <= rel_tol);
-    // Teacher-forced along llama.cpp's greedy path.
+    // Teacher-forced along llama.cpp's greedy path. When our free-running continuation is llama.cpp's, that
+    // path is the one just run: every argmax was llama.cpp's token, and running it again would show nothing.
+    if (ours.greedy == ref[i].greedy) {
+      steps += int(ref[i].greedy.size());
+      same_argmax += int(ref[i].greedy.size());
+      continue;
+    }
     kv::PagePool pool(m->backend(), m->kv_layout(32), size_t(1) << 30);
     model::Session s(*m, pool);
     s.set_lora(lora);
@@ -126,10 +132,18 @@ TEST_CASE("SmolLM2-135M-Instruct with F32 weights matches llama.cpp: tokens, 32 
   compare_with_llama_cpp(f32, testing::smollm2_prompts(), 1e-5, 0.0);
 }
 
+/// The adapters' tests take the first five prompts: an adapter changes the arithmetic of every token alike, and
+/// the eleven cost a minute per test on 2 cores.
+std::vector<std::string> lora_prompts() {
+  std::vector<std::string> prompts = testing::smollm2_prompts();
+  prompts.resize(std::min<size_t>(prompts.size(), 5));
+  return prompts;
+}
+
 TEST_CASE("SmolLM2-135M-Instruct F32 with the math LoRA adapter matches llama.cpp: 32 greedy tokens, final logits") {
   // llama.cpp applies the same adapter file (llama_adapter_lora_init + llama_set_adapters_lora) unmerged.
   const std::string& f32 = testing::smollm2_f32_path();
-  compare_with_llama_cpp(f32, testing::smollm2_prompts(), 1e-5, 0.0, {{testing::math_lora(), 1.0f}});
+  compare_with_llama_cpp(f32, lora_prompts(), 1e-5, 0.0, {{testing::math_lora(), 1.0f}});
 }
 
 TEST_CASE("SmolLM2-135M-Instruct F32 with two LoRA adapters stacked matches llama.cpp") {
@@ -137,8 +151,7 @@ TEST_CASE("SmolLM2-135M-Instruct F32 with two LoRA adapters stacked matches llam
   testing::ScratchDir dir;
   const std::string shifted = (dir.path / "shifted.gguf").string();
   testing::write_shifted_math_lora(shifted);
-  compare_with_llama_cpp(f32, testing::smollm2_prompts(), 1e-5, 0.0,
-                         {{testing::math_lora(), 0.7f}, {shifted, -0.4f}});
+  compare_with_llama_cpp(f32, lora_prompts(), 1e-5, 0.0, {{testing::math_lora(), 0.7f}, {shifted, -0.4f}});
 }
 
 TEST_CASE("stories260K greedy continuation is the one given in shared/README.md") {

@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -311,8 +312,32 @@ TEST_CASE("tiers: a call's metrics count the parent tokens loaded back and recom
       CHECK(d.stats.n_loaded == n_a);
       CHECK(d.stats.n_recomputed == 0);
     }
+    CHECK(d.stats.n_loaded_from == std::array<int, 4>{0, d.stats.n_loaded, 0, 0});  // all of it from T1
     CHECK(d.stats.n_computed == int(r.header.size()) + int(d.generated.size()));
   }
+}
+
+TEST_CASE("tiers: a decode cancelled mid-way ends at once with what it generated and its batch goes on unchanged") {
+  const model::Model& m = *testing::stories260k().model;
+  kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(64) << 20);
+  Engine e(m, pool);
+  const runtime::PrefillResult story = e.prefill({text(m, "Once upon a time there was a little girl named Lily."), {}});
+  DecodeRequest r;
+  r.header = text(m, " She");
+  r.parents = {{story.id}};
+  r.max_tokens = 12;
+  r.sampling.temperature = 0;
+  const runtime::DecodeResult alone = e.decode(r);
+  REQUIRE(alone.generated.size() == 12);  // not vacuous: the cancelled call would have gone on
+  DecodeRequest cancelled = r;
+  int drawn = 0;
+  cancelled.on_token = [&](model::Token) { ++drawn; };
+  cancelled.cancelled = [&] { return drawn >= 3; };
+  const std::vector<runtime::DecodeResult> both = e.decode_batch(std::vector<DecodeRequest>{r, cancelled});
+  CHECK(both[0].generated == alone.generated);
+  CHECK(both[1].stop_reason == "cancelled");
+  CHECK(both[1].generated == std::vector<model::Token>(alone.generated.begin(), alone.generated.begin() + 3));
+  CHECK(e.store().get(both[1].id).complete());
 }
 
 TEST_CASE("tiers: a prefill batch larger than T0 runs in parts, with the encodings of one batch") {

@@ -9,6 +9,11 @@ Sections:
              mid-stream, more requests than --max-concurrency; the server keeps serving after each
   langgraph  a LangGraph graph of three agents debating through ChatOpenAI; later rounds hit the cache, and a
              restarted server gives the same text at temperature 0
+  extensions choreo's extensions through extra_body: ids, item_reference parents (reordered, answers as parents),
+             output ids, retention; every answer equals `choreo exec` of the same calls; 8 concurrent requests
+             share forward passes; unknown ids (404), ids reused with another text (409), cycles (400)
+  tiers      served messages in T1 (a small T0), T2 (kill -9, restart: the documents load from the store) and T3
+             (Redis); /metrics per tier; every answer equals `choreo exec` of the same calls
 
 Exit status 0 when every check of the section holds; the first failed check is printed with what was seen.
 """
@@ -17,6 +22,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -31,7 +37,8 @@ class Server:
     """`choreo serve` on a free port, stopped at exit."""
 
     def __init__(self, choreo, model, *extra):
-        self.proc = subprocess.Popen([choreo, "serve", "-m", model, "--port", "0", "--cache-mib", "1024", *extra],
+        budget = [] if "--cache-mib" in extra else ["--cache-mib", "1024"]
+        self.proc = subprocess.Popen([choreo, "serve", "-m", model, "--port", "0", *budget, *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if "listening on http://" not in line:
@@ -45,6 +52,8 @@ class Server:
         threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
 
     def stop(self):
+        if self.proc.poll() is not None:  # killed by the test
+            return
         self.proc.terminate()
         try:
             self.proc.wait(timeout=30)
@@ -375,9 +384,273 @@ def section_langgraph(args):
     check(second["transcript"] == first["transcript"], "a restarted server gives the same debate at temperature 0")
 
 
+class ExecMirror:
+    """The `choreo exec` calls that a sequence of extension requests stands for: each message with text is a
+    prefill over the entries before it, each item_reference the message it names, the answer a decode over every
+    entry (docs/serve.md, "choreo's extensions")."""
+
+    def __init__(self):
+        self.lines = []
+        self.names = {}  # a request's id -> the exec call id
+        self.answers = []  # (exec id, served text)
+        self.n = 0
+
+    def request(self, entries, answer_name, served_text, **sampling):
+        parents = []
+        for e in entries:
+            if e.get("type") == "item_reference":
+                parents.append(self.names[e["id"]])
+                continue
+            name = (e.get("choreo") or {}).get("id")
+            if name in self.names:
+                parents.append(self.names[name])
+                continue
+            self.n += 1
+            call = f"m{self.n}"
+            self.lines.append({"op": "prefill", "id": call, "role": e["role"], "text": e["content"],
+                               "parents": list(parents)})
+            if name:
+                self.names[name] = call
+            parents.append(call)
+        self.n += 1
+        call = f"a{self.n}"
+        self.lines.append({"op": "decode", "id": call, "role": "assistant", "parents": parents, **sampling})
+        self.names[answer_name] = call
+        self.answers.append((call, served_text))
+
+    def check(self, choreo, model):
+        out = subprocess.run([choreo, "exec", "-m", model, "-"], input="\n".join(json.dumps(l) for l in self.lines),
+                             capture_output=True, text=True)
+        check(out.returncode == 0, "choreo exec runs the mirrored calls", out.stderr[-2000:])
+        texts = {j["id"]: j["text"] for j in map(json.loads, out.stdout.splitlines()) if j["op"] == "decode"}
+        for call, served in self.answers:
+            check(served == texts[call], f"answer {call}: the served text equals choreo exec's", (served, texts[call]))
+
+
+def section_extensions(args):
+    """choreo's request extensions: ids, item_reference parents, output ids, retention and workflow hints; the
+    answers equal `choreo exec` of the same calls, concurrent requests share forward passes, and the faults."""
+    import openai
+    mirror = ExecMirror()
+    sampled = {"temperature": 0.8, "top_p": 0.95, "top_k": 40, "max_tokens": 16}
+    with Server(args.choreo, args.model, "--metrics", "--max-pin-mib", "2") as s:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+
+        def ask(entries, output_id=None, seed=1, stream=False, **choreo):
+            if output_id:
+                choreo["output_id"] = output_id
+            r = c.chat.completions.create(model=MODEL_ID, messages=entries, seed=seed, stream=stream,
+                                          max_tokens=sampled["max_tokens"], temperature=sampled["temperature"],
+                                          top_p=sampled["top_p"], extra_body={"top_k": 40, "choreo": choreo})
+            if stream:
+                chunks = list(r)
+                return "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices), None
+            return r.choices[0].message.content, r
+
+        docs = {"sys": "You answer in one short sentence.",
+                "d1": "Document 1: The river Lune floods every March.",
+                "d2": "Document 2: The bridge at Halton was rebuilt in 1911.",
+                "d3": "Document 3: Salmon return to the Lune in autumn."}
+        first = [{"role": "system", "content": docs["sys"], "choreo": {"id": "sys"}}] + [
+            {"role": "user", "content": docs[d], "choreo": {"id": d}} for d in ("d1", "d2", "d3")] + [
+            {"role": "user", "content": "When does the river flood?"}]
+        text, r = ask(first, "a1", seed=11)
+        mirror.request(first, "a1", text, seed=11, **sampled)
+        ch = r.model_extra["choreo"]
+        check(ch["message_id"] == "a1" and ch["computed_tokens"] == r.usage.prompt_tokens and
+              r.usage.prompt_tokens_details.cached_tokens == 0, "a first request computes its whole prompt", ch)
+
+        again = [{"type": "item_reference", "id": "sys"}, {"type": "item_reference", "id": "d1"},
+                 {"role": "user", "content": docs["d2"], "choreo": {"id": "d2"}},
+                 {"type": "item_reference", "id": "d3"}, {"role": "user", "content": "What was rebuilt?"}]
+        text, r = ask(again, "a2", seed=12)
+        mirror.request(again, "a2", text, seed=12, **sampled)
+        ch = r.model_extra["choreo"]
+        check(r.usage.prompt_tokens_details.cached_tokens == ch["reused_prefix_tokens"] > 0 and
+              ch["reused_out_of_prefix_tokens"] == 0,
+              "references in their places (and a known id with its text) are a prefix hit", ch)
+
+        reordered = [{"type": "item_reference", "id": "sys"}, {"type": "item_reference", "id": "d3"},
+                     {"type": "item_reference", "id": "d1"}, {"role": "user", "content": "What returns in autumn?"}]
+        text, r = ask(reordered, "a3", seed=13)
+        mirror.request(reordered, "a3", text, seed=13, **sampled)
+        ch = r.model_extra["choreo"]
+        check(ch["reused_out_of_prefix_tokens"] > 0 and r.usage.prompt_tokens_details.cached_tokens ==
+              ch["reused_prefix_tokens"] and ch["reused_prefix_tokens"] + ch["reused_out_of_prefix_tokens"] +
+              ch["computed_tokens"] == r.usage.prompt_tokens,
+              "a reordered subset is reused out of prefix, and cached_tokens counts the prefix only", ch)
+
+        follow = [{"type": "item_reference", "id": "sys"}, {"type": "item_reference", "id": "a1"},
+                  {"role": "user", "content": "Say it again, shorter."}]
+        text, r = ask(follow, None, seed=14)
+        mirror.request(follow, r.model_extra["choreo"]["message_id"], text, seed=14, **sampled)
+        check(r.model_extra["choreo"]["message_id"].startswith("msg_"), "an answer without output_id gets an id",
+              r.model_extra["choreo"])
+
+        # Concurrent requests (half of them streamed) share forward passes.
+        _, before = raw(s, "GET", "/metrics")
+        barrier = threading.Barrier(8)
+        entries = [[{"type": "item_reference", "id": "sys"}, {"type": "item_reference", "id": f"d{1 + i % 3}"},
+                    {"type": "item_reference", "id": "a1"},
+                    {"role": "user", "content": f"Agent {i}: add one fact."}] for i in range(8)]
+
+        def agent(i):
+            barrier.wait()
+            return ask(entries[i], f"c{i}", seed=100 + i, stream=i % 2 == 0, workflow_id="w", agent_id=f"agent{i}",
+                       step_id=1, next={f"agent{j}": 1 for j in range(8)})[0]
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            texts = list(pool.map(agent, range(8)))
+        for i in range(8):
+            mirror.request(entries[i], f"c{i}", texts[i], seed=100 + i, **sampled)
+        _, after = raw(s, "GET", "/metrics")
+        value = lambda text, name: float([l for l in text.splitlines() if l.startswith(name)][0].split()[-1])
+        decodes = value(after, 'choreo_extension_calls_total{op="decode"}') - value(before, 'choreo_extension_calls_total{op="decode"}')
+        batches = value(after, 'choreo_extension_batches_total{op="decode"}') - value(before, 'choreo_extension_batches_total{op="decode"}')
+        check(decodes == 8 and decodes / batches > 1, f"8 concurrent requests decoded in {batches:.0f} batches")
+
+        # The Responses API takes the same entries (item_reference is one of its input item types).
+        resp_in = [{"type": "item_reference", "id": "c0"}, {"type": "item_reference", "id": "c1"},
+                   {"role": "user", "content": "Which agent was right?", "choreo": {"id": "judge_q"}}]
+        rr = c.responses.create(model=MODEL_ID, input=resp_in, temperature=0.8, top_p=0.95, max_output_tokens=16,
+                                extra_body={"seed": 15, "top_k": 40, "choreo": {"output_id": "judged"}})
+        mirror.request(resp_in, "judged", rr.output_text, seed=15, **sampled)
+        check(rr.output[0].id == "judged", "responses: the output message's id is the answer's", rr.output[0].id)
+
+        # Retention: a pin within --max-pin-mib 2 (one 32-token page is 1.4 MiB here), then one past it.
+        pin = {"retention": {"pin": True, "ttl": "5m"}}
+        _, r = ask([{"role": "user", "content": "Pin me.", "choreo": {"id": "p1", **pin}}], "p1a")
+        check("pins_refused" not in r.model_extra["choreo"], "a pin within the budget is granted", r.model_extra)
+        _, r = ask([{"role": "user", "content": "Pin me too.", "choreo": {"id": "p2", **pin}}], "p2a")
+        check(r.model_extra["choreo"].get("pins_refused") == ["p2"], "a pin past --max-pin-mib is refused",
+              r.model_extra)
+
+        # Faults: each a typed error, and the server keeps serving.
+        try:
+            ask([{"type": "item_reference", "id": "never-named"}])
+            check(False, "an unknown id raises NotFoundError")
+        except openai.NotFoundError as e:
+            check(e.body.get("code") == "message_not_found", "an unknown id: 404 message_not_found", e.body)
+        try:
+            ask([{"role": "user", "content": "Another text.", "choreo": {"id": "d1"}}])
+            check(False, "an id reused with another text raises ConflictError")
+        except openai.ConflictError as e:
+            check(e.status_code == 409, "an id reused with another text: 409", e.body)
+        for bad, what in [([{"type": "item_reference", "id": "loop"}, {"role": "user", "content": "x",
+                                                                      "choreo": {"id": "loop"}}],
+                           "an item_reference to a message the request defines after it"),
+                          ([{"type": "item_reference", "id": "sys"}], "an output_id that is also a parent")]:
+            try:
+                ask(bad, "sys" if "output_id" in what else None)
+                check(False, f"{what} raises BadRequestError")
+            except openai.BadRequestError as e:
+                check(e.body.get("code") == "item_reference_cycle", f"{what}: 400 item_reference_cycle", e.body)
+        try:
+            ask([{"role": "user", "content": "x", "choreo": {"idd": "y"}}])
+            check(False, "an unknown choreo field raises BadRequestError")
+        except openai.BadRequestError as e:
+            check("did you mean 'id'" in e.body.get("message", ""), "an unknown choreo field: 400 with a hint", e.body)
+        check(healthy(s), "still serving")
+    mirror.check(args.choreo, args.model)
+
+
+def section_tiers(args):
+    """Served messages in the KV tiers. With a T0 too small for the session, named documents move to T1 and come
+    back (the response's choreo object and /metrics say so). Killed with -9 during a generation and started again
+    over the same T2 store, the server answers a request over the same documents by loading them from T2 instead
+    of computing them; a server with only the Redis store (T3) loads them from there. Every answer equals
+    `choreo exec` of the same calls (where the KV was never moves a bit)."""
+    import openai
+    import tempfile
+    mirror = ExecMirror()
+    sampled = {"temperature": 0.8, "top_p": 0.95, "top_k": 40, "max_tokens": 8}
+    store = tempfile.mkdtemp(prefix="choreo-serve-tiers-")
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    redis_port = port.getsockname()[1]
+    port.close()
+    os.environ["CHOREO_REDIS_PASSWORD"] = "serve-tiers-test"
+    redis = subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--requirepass",
+                              "serve-tiers-test", "--save", "", "--appendonly", "no", "--dir", store],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    redis_flag = ["--redis", f"127.0.0.1:{redis_port}"]
+    # T0 holds 16 pages of 32 tokens (SmolLM2-135M, f32 KV: 1.4 MiB a page): less than the session's messages.
+    flags = ["--metrics", "--cache-mib", "24", "--host-cache-mib", "512", "--cache-dir", store, "--disk-cache-mib",
+             "512", "--write-through", "--evict", "lru", *redis_flag]
+    docs = {f"d{i}": f"Document {i}: the lighthouse keeper logged {i + 3} ships passing the northern reef "
+                     f"on day {i * 7 + 1}, noting their flags, cargo and the weather at dawn." for i in range(4)}
+    system = {"role": "system", "content": "You answer from the documents, briefly."}
+
+    def ask(c, entries, output_id=None, seed=1):
+        r = c.chat.completions.create(model=MODEL_ID, messages=entries, seed=seed, max_tokens=sampled["max_tokens"],
+                                      temperature=sampled["temperature"], top_p=sampled["top_p"],
+                                      extra_body={"top_k": 40, "choreo": {"output_id": output_id} if output_id else {}})
+        mirror.request(entries, r.model_extra["choreo"]["message_id"], r.choices[0].message.content, seed=seed,
+                       **sampled)
+        return r.model_extra["choreo"]
+
+    named = [{**system, "choreo": {"id": "sys"}}] + [
+        {"role": "user", "content": text, "choreo": {"id": name}} for name, text in docs.items()]
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", redis_port)).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    try:
+        with Server(args.choreo, args.model, *flags) as s:
+            c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+            ch = ask(c, named + [{"role": "user", "content": "How many ships passed on day 8?"}], "a1", seed=1)
+            check(ch["loaded_tokens"] == {"t1": 0, "t2": 0, "t3": 0}, "a first request loads nothing", ch)
+            for k in range(4):  # other documents push the first ones out of T0
+                filler = [{"role": "user", "content": f"Filler {k}.{j}: the ferry timetable for route {k}{j} lists "
+                                                      "departures at six, nine, noon and four, weather permitting, "
+                                                      "from the east pier."} for j in range(3)]
+                ask(c, filler + [{"role": "user", "content": "Summarize."}], seed=10 + k)
+            ch = ask(c, [{"type": "item_reference", "id": "sys"}, {"type": "item_reference", "id": "d2"},
+                         {"type": "item_reference", "id": "d0"}, {"role": "user", "content": "Compare days."}], seed=2)
+            check(ch["loaded_tokens"]["t1"] > 0, "documents evicted from T0 are loaded back from T1", ch)
+            _, metrics = raw(s, "GET", "/metrics")
+            value = lambda name: float([l for l in metrics.splitlines() if l.startswith(name)][0].split()[-1])
+            check(value('choreo_tier_evictions_total{tier="t0"}') > 0 and value('choreo_tier_loads_total{tier="t1"}') > 0
+                  and value('choreo_prompt_loaded_tokens_total{tier="t1"}') >= ch["loaded_tokens"]["t1"] and
+                  value('choreo_tier_writes_total{tier="t2"}') > 0 and value('choreo_tier_writes_total{tier="t3"}') > 0,
+                  "/metrics counts the evictions, the T1 loads and the T2 and T3 writes")
+            # kill -9 while a generation is running.
+            sock = socket.create_connection(("127.0.0.1", s.port))
+            body = json.dumps({"messages": [{"type": "item_reference", "id": "a1"},
+                                            {"role": "user", "content": "Tell the whole story."}],
+                               "max_tokens": 400, "stream": True, "ignore_eos": True}).encode()
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            got = b""
+            while got.count(b"data: ") < 3:
+                got += sock.recv(4096)
+            s.proc.kill()
+            s.proc.wait()
+            sock.close()
+            check(s.proc.returncode == -9, "the server was killed with -9 mid-generation")
+        with Server(args.choreo, args.model, *flags) as s:
+            c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+            ch = ask(c, named + [{"role": "user", "content": "Which day had the most ships?"}], seed=3)
+            check(ch["loaded_tokens"]["t2"] == ch["reused_prefix_tokens"] > ch["computed_tokens"] > 0,
+                  "restarted over the same store, the documents are loaded from T2, not computed", ch)
+        with Server(args.choreo, args.model, "--no-store", *redis_flag) as s:
+            c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+            ch = ask(c, named + [{"role": "user", "content": "On which day did 5 ships pass?"}], seed=4)
+            check(ch["loaded_tokens"]["t3"] == ch["reused_prefix_tokens"] > ch["computed_tokens"] > 0,
+                  "another server with only the Redis store loads the documents from T3", ch)
+    finally:
+        redis.kill()
+        redis.wait()
+        shutil.rmtree(store, ignore_errors=True)
+    mirror.check(args.choreo, args.model)
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("section", choices=["openai", "anthropic", "equality", "faults", "langgraph"])
+    p.add_argument("section", choices=["openai", "anthropic", "equality", "faults", "langgraph", "extensions",
+                                       "tiers"])
     p.add_argument("--choreo", required=True)
     p.add_argument("--model", required=True)
     args = p.parse_args()

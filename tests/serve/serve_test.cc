@@ -51,5 +51,14 @@ TEST_CASE("serve: a LangGraph debate of three agents hits the cache and is the s
   run_section("langgraph");
 }
 
+TEST_CASE("serve: choreo's extensions give choreo exec's text and typed errors for unknown ids and conflicts and "
+          "cycles") {
+  run_section("extensions");
+}
+
+TEST_CASE("serve: served messages move through T1, survive kill -9 in T2, are shared through T3, and keep their bits") {
+  run_section("tiers");
+}
+
 }  // namespace
 }  // namespace choreo
