@@ -1,6 +1,7 @@
 #include "runtime/serve/server.h"
 
 #include <chrono>
+#include <cstring>
 #include <random>
 
 #include <fmt/format.h>
@@ -330,7 +331,11 @@ void Server::run_generation(ApiRequest& api, int model, HttpResponder& r, const 
                        : api.kind == ApiKind::Completions   ? "cmpl-"
                        : api.kind == ApiKind::Responses     ? "resp_"
                                                             : "msg_";
-  const Answer answer{new_id(prefix), model_ids_[size_t(model)], unix_seconds(), api.previous_response_id};
+  Answer answer{new_id(prefix), model_ids_[size_t(model)], unix_seconds(), api.previous_response_id};
+  // The answer's message id: with extensions, the name later requests give it (the client's output_id, or one
+  // made here); /v1/responses shows it as the output message's id.
+  if (extended && api.choreo->output_id.empty()) api.choreo->output_id = new_id("msg_");
+  answer.message_id = extended ? api.choreo->output_id : "msg_" + answer.id.substr(std::strlen(prefix));
   const std::shared_ptr<Generation> g = extended ? start_extension(api, model) : start_plain(api, model);
   GenerationResult result;
   if (!api.stream) {
@@ -348,7 +353,7 @@ void Server::run_generation(ApiRequest& api, int model, HttpResponder& r, const 
     try {
       result = g->wait();
     } catch (const ApiError& e) {
-      if (open) r.write(stream_error(api, e));
+      if (open) r.write(stream_error(api, answer, e));
       throw;
     }
     for (const std::string& e : stream_end(api, answer, result)) open = open && r.write(e);

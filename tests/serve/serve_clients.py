@@ -2,7 +2,8 @@
 
 Sections:
   openai     the openai package: chat completions streamed and not, n=2, a stop string, cached_tokens,
-             completions, responses with previous_response_id, and each error status as the SDK's own class
+             completions, responses with previous_response_id and streamed (stream=True and the stream()
+             helper), and each error status as the SDK's own class
   anthropic  the anthropic package: messages with cache_control blocks, streamed and not, cache reads
   equality   32 concurrent clients; each text equals its sequential `choreo generate --chat` output
   faults     malformed JSON, wrong types, oversized bodies, 10^5 messages, a slow body, a client gone
@@ -150,6 +151,34 @@ def section_openai(args):
         check(b.usage.input_tokens_details.cached_tokens >= a.usage.input_tokens,
               "responses: previous_response_id continues the conversation from the cache", b.usage)
         check(b.previous_response_id == a.id, "responses: previous_response_id is echoed")
+        # Streamed: one answer that ends by itself (response.completed), one cut at max_output_tokens
+        # (response.incomplete, as OpenAI ends those).
+        for prompt, limit, last in [("What is 2+2? Answer with one number.", 32, "response.completed"),
+                                    ("Say hello.", 16, "response.incomplete")]:
+            whole = c.responses.create(model=MODEL_ID, input=prompt, max_output_tokens=limit, temperature=0)
+            events = list(c.responses.create(model=MODEL_ID, input=prompt, max_output_tokens=limit, temperature=0,
+                                             stream=True))
+            types = [e.type for e in events]
+            check(types[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                                "response.content_part.added"] and
+                  types[-4:] == ["response.output_text.done", "response.content_part.done",
+                                 "response.output_item.done", last] and
+                  set(types[4:-4]) == {"response.output_text.delta"},
+                  f"responses stream=True: the Responses event sequence, ending {last}", types)
+            check([e.sequence_number for e in events] == list(range(len(events))), "responses stream: sequence numbers")
+            streamed = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+            done = events[-1].response
+            check(streamed == whole.output_text == done.output_text and events[-4].text == streamed,
+                  "responses stream: the deltas add up to the answer (and equal the unstreamed one)",
+                  (streamed, whole.output_text))
+            check(done.status == whole.status and done.usage.input_tokens == whole.usage.input_tokens and
+                  done.usage.input_tokens_details.cached_tokens > 0 and events[2].item.id == done.output[0].id,
+                  "responses stream: the last event has the status, the usage and the output item", done)
+        with c.responses.stream(model=MODEL_ID, input="What is 2+2? Answer with one number.", max_output_tokens=32,
+                                temperature=0) as st:
+            final = st.get_final_response()
+        check(final.output_text != "" and final.status == "completed", "responses.stream() helper: the final response",
+              final)
 
         try:
             c.chat.completions.create(model="no-such-model", messages=q, max_tokens=4)
@@ -517,6 +546,17 @@ def section_extensions(args):
                                 extra_body={"seed": 15, "top_k": 40, "choreo": {"output_id": "judged"}})
         mirror.request(resp_in, "judged", rr.output_text, seed=15, **sampled)
         check(rr.output[0].id == "judged", "responses: the output message's id is the answer's", rr.output[0].id)
+        stream_in = [{"type": "item_reference", "id": "judged"}, {"role": "user", "content": "Explain in a line."}]
+        events = list(c.responses.create(model=MODEL_ID, input=stream_in, temperature=0.8, top_p=0.95,
+                                         max_output_tokens=16, stream=True,
+                                         extra_body={"seed": 16, "top_k": 40, "choreo": {"output_id": "explained"}}))
+        streamed = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        mirror.request(stream_in, "explained", streamed, seed=16, **sampled)
+        check(events[2].item.id == "explained" and events[-1].response.output_text == streamed and
+              events[-1].type in ("response.completed", "response.incomplete") and
+              events[-1].response.model_extra["choreo"]["reused_out_of_prefix_tokens"] > 0,
+              "responses stream with extensions: the item is the answer's id, the choreo object at the end",
+              events[-1].response)
 
         # Retention: a pin within --max-pin-mib 2 (one 32-token page is 1.4 MiB here), then one past it.
         pin = {"retention": {"pin": True, "ttl": "5m"}}
