@@ -36,7 +36,7 @@ struct EvalRunOptions {
   long limit = -1;
   int concurrency = 4;
   EngineFlags engine;
-  bool resume = false, no_leak = false, json = false, sync = false;
+  bool resume = false, accept_old_results = false, no_leak = false, json = false, sync = false;
   int64_t max_steps = dsl::kDefaultMaxSteps;
 };
 
@@ -148,6 +148,7 @@ void run_eval_command(const EvalRunOptions& o) {
   if (!o.resume && !existing.rows.empty())
     throw InputError(fmt::format("results file '{}' already holds {} rows", out_path, existing.rows.size()),
                      "pass --resume to run only what it lacks, or choose another --out");
+  if (!o.accept_old_results) eval::require_fingerprints(existing, out_path);
   if (existing.truncated_tail)
     std::fprintf(stderr, "note: %s: the last line was cut off (a killed run); it is dropped and run again\n",
                  out_path.c_str());
@@ -166,8 +167,17 @@ void run_eval_command(const EvalRunOptions& o) {
   const eval::EvalReport report =
       n_pending > 0 ? run_pending(o, workflow, rows, settings, existing, out_path, n_pending, writer) : eval::EvalReport{};
 
-  // The summary covers this selection as the file now holds it: resumed rows and new ones alike.
-  print_summary(eval::results_of_selection(eval::read_results(out_path).rows, rows, settings.modes), o.json);
+  // The summary covers this selection as the file now holds it: resumed rows and new ones alike, each
+  // scored again from its prediction.
+  size_t n_rescored = 0;
+  const std::vector<eval::ResultRow> selection =
+      eval::results_of_selection(eval::read_results(out_path).rows, rows, settings.modes, &n_rescored);
+  if (n_rescored > 0)
+    std::fprintf(stderr,
+                 "note: %s: %zu rows hold a score their prediction does not get; the summary uses the score "
+                 "computed again\n",
+                 out_path.c_str(), n_rescored);
+  print_summary(selection, o.json);
   if (!report.failures.empty())
     throw InputError(fmt::format("{} of {} runs failed (errors above); nothing was written for them",
                                  report.failures.size(), report.n_run),
@@ -199,6 +209,9 @@ void add_eval_run(CLI::App& eval_group) {
                  "(default: WORKFLOW-DATA[-shard-I-of-N].jsonl)");
   cmd.add_flag("--resume", o->resume,
                "keep the rows already in --out and run only the missing (row, mode) pairs");
+  cmd.add_flag("--accept-old-results", o->accept_old_results,
+               "with --resume: keep rows without the models' fingerprint (files of older versions), "
+               "trusting that this run's models made them");
   add_pairs_option(cmd, "--param", o->params, "override a workflow param for every row, KEY=VALUE (repeatable)");
   cmd.add_flag("--no-leak", o->no_leak, "re-encode parents carrying other agents' private messages");
   o->engine.add(cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv | EngineFlags::kCache |

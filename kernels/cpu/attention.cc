@@ -35,13 +35,18 @@ constexpr int kChunkPages = 8;
 /// One unit of work: some query rows of a group, for the query heads that share one KV head, over the chunks
 /// [chunk_begin, chunk_end) of the group's visible chunks (counted across its segments in order). A tile with
 /// `partial` set covers one chunk and writes its unnormalised result (m, l, acc) there for the fold;
-/// otherwise it folds its chunks itself and writes the output rows.
+/// otherwise it folds its chunks itself and writes the output rows. No chunk before `chunk_begin` lies in a
+/// segment before `segment_begin`, whose first chunk is `segment_chunk_base`: a tile of one chunk starts at
+/// its own segment instead of counting through every segment before it (a call over thousands of one-token
+/// parents, such as a PML schema's last module, has thousands of chunks).
 struct Tile {
   const AttentionGroup* group;
   int row_begin, row_end;  // absolute query rows
   int kv_head;
   int chunk_begin = 0, chunk_end = std::numeric_limits<int>::max();
   float* partial = nullptr;
+  size_t segment_begin = 0;
+  int segment_chunk_base = 0;
 };
 
 /// Tokens of `seg` that rows [row_begin, row_end) of `g` can see (the farthest row decides).
@@ -54,15 +59,6 @@ int segment_visible_tokens(const AttentionGroup& g, const KvSegment& seg, int ro
 int segment_chunks(int visible_tokens, int page_tokens) {
   const int pages = (visible_tokens + page_tokens - 1) / page_tokens;
   return (pages + kChunkPages - 1) / kChunkPages;
-}
-
-/// Visible chunks of a group for rows [row_begin, row_end): the tiles of the flash-decoding split, which
-/// run_tile counts the same way.
-int visible_chunks(const AttentionGroup& g, int row_begin, int row_end, int page_tokens) {
-  int chunks = 0;
-  for (const KvSegment& seg : g.segments)
-    chunks += segment_chunks(segment_visible_tokens(g, seg, row_begin, row_end), page_tokens);
-  return chunks;
 }
 
 /// Folds one chunk's softmax state (m, l, acc) into a row's running state (M, L, ACC), in chunk order. The
@@ -340,8 +336,9 @@ void run_tile(const Tile& tile, int layer, const float* q, int n_heads, const Kv
       std::copy(src, src + head_dim, q_base.begin() + size_t(r * heads_per_kv + hh) * head_dim);
     }
 
-  int chunk_index = 0;  // position in the group's visible chunk sequence
-  for (const KvSegment& seg : tile.group->segments) {
+  int chunk_index = tile.segment_chunk_base;  // position in the group's visible chunk sequence
+  for (size_t segment = tile.segment_begin; segment < tile.group->segments.size(); ++segment) {
+    const KvSegment& seg = tile.group->segments[segment];
     // The farthest any row of this tile can see in this segment.
     const int row0 = tile.row_begin - tile.group->q_begin;
     const int visible_max = segment_visible_tokens(*tile.group, seg, tile.row_begin, tile.row_end);
@@ -451,17 +448,27 @@ void attention(int layer, const float* q, int n_q, int n_heads, const KvLayout& 
   size_t floats = 0;
   for (size_t t = 0; t < tiles.size(); ++t) {
     const Tile& whole = tiles[t];
-    const int n_chunks = visible_chunks(*whole.group, whole.row_begin, whole.row_end, kv.page_tokens);
     const int nq = (whole.row_end - whole.row_begin) * heads_per_kv;
-    parts_of[t] = {parts.size(), parts.size() + size_t(n_chunks)};
-    for (int c = 0; c < n_chunks; ++c) {
-      Tile part = whole;
-      part.chunk_begin = c;
-      part.chunk_end = c + 1;
-      parts.push_back(part);
-      offsets.push_back(floats);
-      floats += size_t(nq) * (head_dim + 2);
+    parts_of[t].first = parts.size();
+    // The visible chunks, counted as run_tile counts them.
+    int chunk_base = 0;
+    for (size_t segment = 0; segment < whole.group->segments.size(); ++segment) {
+      const KvSegment& seg = whole.group->segments[segment];
+      const int seg_chunks = segment_chunks(
+          segment_visible_tokens(*whole.group, seg, whole.row_begin, whole.row_end), kv.page_tokens);
+      for (int c = chunk_base; c < chunk_base + seg_chunks; ++c) {
+        Tile part = whole;
+        part.chunk_begin = c;
+        part.chunk_end = c + 1;
+        part.segment_begin = segment;
+        part.segment_chunk_base = chunk_base;
+        parts.push_back(part);
+        offsets.push_back(floats);
+        floats += size_t(nq) * (head_dim + 2);
+      }
+      chunk_base += seg_chunks;
     }
+    parts_of[t].second = parts.size();
   }
   partials.resize(floats);
   for (size_t i = 0; i < parts.size(); ++i) parts[i].partial = partials.data() + offsets[i];

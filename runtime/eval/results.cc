@@ -108,6 +108,8 @@ ResultRow result_from_json(const json& value, const std::string& path, int line)
     }
   }
   row.score = r.number("score", true);
+  // Every metric scores in [0, 1]: anything else is no score choreo wrote (1e308 summed to inf).
+  if (!(row.score >= 0 && row.score <= 1)) r.fail(fmt::format("\"score\" is {}, outside 0..1", row.score));
   row.metric = r.string("metric", false);
   row.subject = r.string("subject", false);
   row.level = r.string("level", false);

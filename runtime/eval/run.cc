@@ -3,17 +3,19 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <new>
+#include <set>
 
 #include "common/error.h"
+#include "dsl/arguments.h"
+#include "dsl/plan/elaborate.h"
+#include "runtime/engine/model_set.h"
 #include "runtime/eval/math_answer.h"
 #include "runtime/exec/leak_guard.h"
 #include "runtime/exec/profile.h"
-#include "dsl/arguments.h"
-#include "dsl/plan/elaborate.h"
 #include "runtime/exec/scheduler.h"
-#include "runtime/engine/model_set.h"
 #include "runtime/kv/page_pool.h"
 
 namespace choreo::eval {
@@ -119,18 +121,29 @@ std::string decodes_fingerprint(const exec::RunResult& result) {
   return fmt::format("{:016x}", digest);
 }
 
-ResultRow make_result(const PreparedRow& prepared, runtime::Mode mode, const exec::RunResult& result) {
+namespace {
+
+/// Scores `out.prediction` against the row's gold answers with its metric, filling the fields that follow
+/// from them.
+void score_prediction(const PreparedRow& prepared, ResultRow& out) {
   const Row& row = *prepared.row;
-  ResultRow out;
-  out.id = row.id;
-  out.mode = std::string(runtime::mode_name(mode));
-  out.prediction = result.output;
   const SampleScore scored =
       score_sample(prepared.metric, scored_text(prepared.metric, out.prediction), context_of(row));
   out.extracted = scored.extracted;
   out.score = scored.score;
   out.gold = row.gold;
   out.metric = std::string(metric_name(prepared.metric));
+}
+
+}  // namespace
+
+ResultRow make_result(const PreparedRow& prepared, runtime::Mode mode, const exec::RunResult& result) {
+  const Row& row = *prepared.row;
+  ResultRow out;
+  out.id = row.id;
+  out.mode = std::string(runtime::mode_name(mode));
+  out.prediction = result.output;
+  score_prediction(prepared, out);
   out.subject = row.subject;
   out.level = row.level;
   const exec::RunTiming timing = exec::timing_of(result);
@@ -169,6 +182,21 @@ void check_resumed_models(const std::vector<ResultRow>& existing, const std::str
                     path, r.id, r.mode, it->get<std::string>(), fingerprint),
         "resume with the same -m, --lora/--lora-scaled, workflow `models:` and --cache-type-k/-v, or write to "
         "another --out");
+  }
+}
+
+void require_fingerprints(const ResultsFile& existing, const std::string& path) {
+  for (size_t i = 0; i < existing.rows.size(); ++i) {
+    const ResultRow& r = existing.rows[i];
+    const auto it = r.extra.find("models_xxh3");
+    if (it != r.extra.end() && it->is_string()) continue;
+    throw InputError(
+        fmt::format("row '{}' ({}) has no extra.models_xxh3: nothing says which models and KV "
+                    "cache types made it, so resuming could score two setups as one",
+                    r.id, r.mode),
+        "a file of an older choreo: resume it with --accept-old-results if it was made with this "
+        "run's models, or write to another --out",
+        SourceLocation{path, i < existing.lines.size() ? existing.lines[i] : 0, 0});
   }
 }
 
@@ -254,13 +282,21 @@ EvalReport run_eval(const dsl::Workflow& workflow, const model::Model& model,
 
 std::vector<ResultRow> results_of_selection(const std::vector<ResultRow>& results,
                                             const std::vector<PreparedRow>& rows,
-                                            const std::vector<runtime::Mode>& modes) {
-  std::set<std::string> ids, mode_names;
-  for (const PreparedRow& p : rows) ids.insert(p.row->id);
+                                            const std::vector<runtime::Mode>& modes, size_t* n_rescored) {
+  std::map<std::string, const PreparedRow*> by_id;
+  for (const PreparedRow& p : rows) by_id.emplace(p.row->id, &p);
+  std::set<std::string> mode_names;
   for (runtime::Mode mode : modes) mode_names.insert(std::string(runtime::mode_name(mode)));
   std::vector<ResultRow> out;
-  for (const ResultRow& r : results)
-    if (ids.count(r.id) && mode_names.count(r.mode)) out.push_back(r);
+  if (n_rescored) *n_rescored = 0;
+  for (const ResultRow& r : results) {
+    const auto it = by_id.find(r.id);
+    if (it == by_id.end() || !mode_names.count(r.mode)) continue;
+    ResultRow scored = r;
+    score_prediction(*it->second, scored);
+    if (n_rescored && scored.score != r.score) ++*n_rescored;
+    out.push_back(std::move(scored));
+  }
   return out;
 }
 

@@ -72,9 +72,15 @@ std::string models_fingerprint(const model::Model& model, const EvalSettings& se
 
 /// InputError when a row of `existing` (the results file at `path` that a --resume run appends to) was
 /// made with other models or KV cache types than `fingerprint` (models_fingerprint) says: mixing them
-/// would score two setups as one. Rows without `extra.models_xxh3` (files of older versions) pass.
+/// would score two setups as one. Rows without `extra.models_xxh3` pass here: require_fingerprints refuses
+/// them first unless old files are accepted.
 void check_resumed_models(const std::vector<ResultRow>& existing, const std::string& fingerprint,
                           const std::string& path);
+
+/// InputError at its line for the first row of `existing` (the results file at `path`) without
+/// `extra.models_xxh3`: nothing says which models made it (a file of a version before the fingerprint, or one
+/// written by hand), so resuming it could score two setups as one. `eval --accept-old-results` skips this.
+void require_fingerprints(const ResultsFile& existing, const std::string& path);
 
 /// The result line of one finished (row, mode): the workflow's output as prediction, its score, and the
 /// run's TTFT (sum over decode steps), end-to-end time and token counts (exec::timing_of).
@@ -113,10 +119,14 @@ EvalReport run_eval(const dsl::Workflow& workflow, const model::Model& model,
                     const std::set<std::pair<std::string, std::string>>& done, ResultWriter& writer,
                     const EvalCallbacks& callbacks = {});
 
-/// The rows of `results` that belong to this run's selection (its row ids in its modes): what the closing
-/// summary is computed over, so a results file shared with other selections does not leak into it.
+/// The rows of `results` that belong to this run's selection (its row ids in its modes), each scored again
+/// from its prediction against the data's gold answers with the run's metric, as make_result scores: what the
+/// closing summary is computed over, so a results file shared with other selections does not leak into it,
+/// and a score written into the file (a resumed row's) is never taken on trust. `n_rescored`, when given,
+/// counts the rows whose score in the file differed.
 std::vector<ResultRow> results_of_selection(const std::vector<ResultRow>& results,
                                             const std::vector<PreparedRow>& rows,
-                                            const std::vector<runtime::Mode>& modes);
+                                            const std::vector<runtime::Mode>& modes,
+                                            size_t* n_rescored = nullptr);
 
 }  // namespace choreo::eval

@@ -261,6 +261,11 @@ class Validator {
   }
 
   void parse_prefill_body(const Fields& f, const CallSite& site, Call& call) const {
+    if (const json* raw = f.get("text"); raw && raw->is_string()) {
+      const std::string_view content =
+          model::content_in_turn(model_.chat_format(), raw->get_ref<const std::string&>());
+      check_text_fits(site, call, content, "text");
+    }
     std::optional<std::string> text = f.string("text");
     std::optional<std::vector<Token>> tokens = f.tokens("tokens", model_.config().n_vocab);
     if (text && tokens) site.fail("give \"text\" or \"tokens\", not both", {}, site.key_byte("tokens"));
@@ -281,6 +286,8 @@ class Validator {
 
   void parse_decode_body(const Fields& f, const CallSite& site, Call& call) const {
     const int n_vocab = model_.config().n_vocab;
+    if (const json* raw = f.get("header"); raw && raw->is_string())
+      check_text_fits(site, call, raw->get_ref<const std::string&>(), "header");
     std::optional<std::string> header = f.string("header");
     std::optional<std::vector<Token>> header_tokens = f.tokens("header_tokens", n_vocab);
     if (header && header_tokens)
@@ -316,31 +323,55 @@ class Validator {
     call.logprobs = f.integer("logprobs", 0, n_vocab).value_or(0);
   }
 
-  /// Positions are checked with lower bounds of every parent's length (a decode's header, or its exact
-  /// length), so an error here is certain; longer generations can still overflow while running.
+  /// The first position of the call's own tokens, from lower bounds of every parent's length (a decode's
+  /// header, or its exact length). A parent placed past the context is an error here.
+  int64_t start_position(const CallSite& site, const Call& call) const {
+    if (call.op == CallOp::Decode && mode_ != runtime::Mode::Choreo) {
+      // The baselines re-encode BOS + the parents' tokens in list order + the header.
+      int64_t start = first_pos_;
+      for (const ParentRef& p : call.parents) start += defined_.at(p.ref).min_tokens;
+      return start;
+    }
+    int64_t cursor = first_pos_, max_end = first_pos_;
+    for (const ParentRef& p : call.parents) {
+      const int64_t offset = p.offset.value_or(cursor);
+      cursor = offset + defined_.at(p.ref).min_tokens;
+      max_end = std::max(max_end, cursor);
+      if (cursor > n_ctx_)
+        site.fail(fmt::format("context overflow: parent '{}' placed at {} ends at {} or later, beyond the "
+                              "model's context of {}",
+                              p.ref, offset, cursor, n_ctx_),
+                  "use smaller offsets or fewer parents", site.value_byte("parents"));
+    }
+    return call.new_offset.value_or(max_end);
+  }
+
+  /// Refuses `text` (what the call's `field` puts in its message) before it is copied or tokenised when even
+  /// the fewest tokens it could make do not fit: a 100 MB text took gigabytes to tokenise before
+  /// check_context said so.
+  void check_text_fits(const CallSite& site, const Call& call, std::string_view text,
+                       std::string_view field) const {
+    const model::Vocab& vocab = model_.vocab();
+    const int64_t at_least = int64_t(vocab.min_tokens(text));
+    const int64_t start = start_position(site, call);
+    if (start + at_least <= n_ctx_) return;
+    site.fail(
+        fmt::format("context overflow: the {} is {} bytes, so at least {} tokens (no token of this model "
+                    "spells more than {} bytes), and the call starts at position {} or later, beyond the "
+                    "model's context of {}",
+                    field, text.size(), at_least, vocab.longest_token_bytes(), start, n_ctx_),
+        call.op == CallOp::Decode ? "shorten the header, or lower new_offset or the parents' total length"
+                                  : "shorten the text, or lower new_offset or the parents' total length",
+        site.value_byte(field));
+  }
+
+  /// Positions are checked with lower bounds of every parent's length, so an error here is certain; longer
+  /// generations can still overflow while running.
   void check_context(const Fields& f, const CallSite& site, const Call& call) const {
     const bool decode = call.op == CallOp::Decode;
     const int budget = decode ? call.exact_tokens.value_or(call.max_tokens) : 0;
     const int64_t n_new = int64_t(call.tokens.size()) + budget;
-    int64_t start = 0;
-    if (decode && mode_ != runtime::Mode::Choreo) {
-      // The baselines re-encode BOS + the parents' tokens in list order + the header.
-      start = first_pos_;
-      for (const ParentRef& p : call.parents) start += defined_.at(p.ref).min_tokens;
-    } else {
-      int64_t cursor = first_pos_, max_end = first_pos_;
-      for (const ParentRef& p : call.parents) {
-        const int64_t offset = p.offset.value_or(cursor);
-        cursor = offset + defined_.at(p.ref).min_tokens;
-        max_end = std::max(max_end, cursor);
-        if (cursor > n_ctx_)
-          site.fail(fmt::format("context overflow: parent '{}' placed at {} ends at {} or later, beyond the "
-                                "model's context of {}",
-                                p.ref, offset, cursor, n_ctx_),
-                    "use smaller offsets or fewer parents", site.value_byte("parents"));
-      }
-      start = call.new_offset.value_or(max_end);
-    }
+    const int64_t start = start_position(site, call);
     if (start + n_new > n_ctx_) {
       std::string what = decode ? fmt::format("{} header tokens + {} to generate", call.tokens.size(), budget)
                                 : fmt::format("{} tokens", call.tokens.size());

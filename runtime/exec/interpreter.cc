@@ -314,7 +314,7 @@ class Interpreter : public dsl::plan::Executor {
     };
     const runtime::pml::EncodedSchema encoded = runtime::pml::encode_layout(
         [&](std::vector<runtime::PrefillRequest> r) { return prefill(std::move(r), true); },
-        runtime::pml::lay_out(*branch.pml.schema, model));
+        runtime::pml::lay_out(*branch.pml.schema, model), engine_.models().n_ctx());
     record_modules(m, encoded, encoded_now);
     // The prompt's parts at their positions; its closing text too (which serve_prompt would decode from).
     const runtime::pml::EncodedPrompt prompt = runtime::pml::encode_prompt(

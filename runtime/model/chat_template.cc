@@ -105,8 +105,12 @@ ChatFormat detect_chat_format(const gguf::File& file) {
   return ChatFormat::None;
 }
 
+std::string_view content_in_turn(ChatFormat f, std::string_view content) {
+  return f == ChatFormat::Llama3 ? trim(content) : content;
+}
+
 std::string format_content(ChatFormat f, std::string_view content) {
-  return std::string(f == ChatFormat::Llama3 ? trim(content) : content);
+  return std::string(content_in_turn(f, content));
 }
 
 TurnAffixes turn_affixes_after(ChatFormat f, std::string_view role, std::string_view previous_role) {

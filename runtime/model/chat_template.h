@@ -50,11 +50,13 @@ TurnAffixes turn_affixes_after(ChatFormat f, std::string_view role, std::string_
 /// by the generation prompt (the prefix of an assistant turn; empty for Llama 2, whose user turn ends
 /// with "[/INST]").
 std::string format_content(ChatFormat f, std::string_view content);
+/// The part of `content` that format_content keeps, without copying it.
+std::string_view content_in_turn(ChatFormat f, std::string_view content);
 
 /// What a role reply leaves of its turn's `suffix` for the next turn to write: the suffix minus the special
-/// text of the reply's final end-of-generation token when that is where the suffix starts (ChatML: a reply that
-/// generated <|im_end|> leaves "\n"), else the whole suffix (a reply cut off by length or a stop string).
-/// `eog_piece` is that token's text, or empty when the reply did not end on one.
+/// text of the reply's final end-of-generation token when that is where the suffix starts (ChatML: a reply
+/// that generated <|im_end|> leaves "\n"), else the whole suffix (a reply cut off by length or a stop
+/// string). `eog_piece` is that token's text, or empty when the reply did not end on one.
 std::string unfinished_suffix(std::string_view suffix, std::string_view eog_piece);
 
 }  // namespace choreo::model

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -130,6 +131,9 @@ struct Vocab::Impl {
   std::vector<Token> specials;  // control, user-defined and unknown tokens, longest text first
   std::vector<bool> eog;
   std::vector<std::string> pieces;  // token_to_piece(id, special = true)
+  size_t longest_token_bytes = 1;
+  std::array<bool, 256> kept_bytes{};  // bytes of raw text that always end up inside some token
+  bool merges_make_tokens = true;      // BPE: every merge joins into a token of the table
 
   InputError error(std::string message, std::string hint = {}) const {
     return InputError(std::move(message), std::move(hint), SourceLocation{path});
@@ -141,6 +145,7 @@ struct Vocab::Impl {
   Token detect(const std::vector<std::string_view>& texts, bool mark_control);
   void find_special_tokens(const gguf::File& file);
   void build_caches();
+  void find_token_bounds();
   std::string render_piece(Token id) const;
 
   /// One piece of input after special tokens are split off: a token, or a byte range of raw text.
@@ -222,6 +227,8 @@ void Vocab::Impl::load_merges(const gguf::File& file, const BpeFlavor& flavor) {
                               left_id < 0 ? left : right));
     }
     ranks.add(left_id, right_id, int32_t(i));
+    if (merges_make_tokens)
+      merges_make_tokens = table.find(line.substr(0, space) + line.substr(space + 1)) >= 0;
   }
   bpe = std::make_unique<BpeTokenizer>(table, std::move(ranks), PreTokenizer(flavor.regexes),
                                        flavor.ignore_merges);
@@ -418,7 +425,32 @@ Vocab Vocab::from_gguf(const gguf::File& file) {
   v.find_special_tokens(file);
   v.build_caches();
   if (v.kind == Kind::SPM) v.spm = std::make_unique<SpmTokenizer>(v.table, v.unknown);
+  v.find_token_bounds();
   return vocab;
+}
+
+// What min_tokens counts on. SentencePiece: a character that is not a token falls back to its bytes, each a
+// byte token, the unknown token or nothing; a space is written as U+2581 first, three bytes, counted when the
+// U+2581 token exists or one of its bytes is kept. Byte-level BPE: a byte's stand-in character starts as its
+// own symbol and merges keep it inside a token, unless a merge joins into text that is not a token (no real
+// vocabulary has one), after which only ASCII stand-ins are looked up alone. Special tokens are matched in
+// the raw text, their spelling as long as what they stand for.
+void Vocab::Impl::find_token_bounds() {
+  for (const std::string& text : table.texts)
+    longest_token_bytes = std::max(longest_token_bytes, text.size());
+  for (int byte = 0; byte < 256; ++byte) {
+    if (kind == Kind::SPM) {
+      kept_bytes[size_t(byte)] = spm->always_tokenised(uint8_t(byte));
+    } else {
+      const std::string_view stand_in = byte_to_unicode(uint8_t(byte));
+      kept_bytes[size_t(byte)] = table.find(stand_in) >= 0 && (merges_make_tokens || stand_in.size() == 1);
+    }
+  }
+  if (kind == Kind::SPM) {
+    bool space_kept = table.find(kEscapedSpace) >= 0;
+    for (const char byte : kEscapedSpace) space_kept = space_kept || spm->always_tokenised(uint8_t(byte));
+    kept_bytes[uint8_t(' ')] = space_kept;
+  }
 }
 
 Vocab::Kind Vocab::kind() const { return impl_->kind; }
@@ -468,6 +500,14 @@ std::vector<Token> Vocab::tokenize(std::string_view text, bool add_special, bool
   if (add_special && v.add_eos) out.push_back(v.eos);
   return out;
 }
+
+size_t Vocab::min_tokens(std::string_view text) const {
+  size_t kept = 0;
+  for (const char byte : text) kept += impl_->kept_bytes[uint8_t(byte)] ? 1 : 0;
+  return (kept + impl_->longest_token_bytes - 1) / impl_->longest_token_bytes;
+}
+
+size_t Vocab::longest_token_bytes() const { return impl_->longest_token_bytes; }
 
 std::string Vocab::token_to_piece(Token id, bool special) const {
   const Impl& v = *impl_;

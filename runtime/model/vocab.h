@@ -34,6 +34,13 @@ class Vocab {
   /// Text -> ids. `add_special` adds BOS (and EOS) as the vocab's add_bos/add_eos flags say;
   /// `parse_special` recognises control tokens such as "<|im_start|>" written in the text.
   std::vector<Token> tokenize(std::string_view text, bool add_special, bool parse_special = false) const;
+  /// A lower bound on tokenize(text, false, parse_special).size() from the bytes alone, in one pass and
+  /// without allocating: no token stands for more than longest_token_bytes() bytes of text (its spelling in
+  /// the vocabulary is never shorter than what it stands for), and every byte the vocabulary cannot drop is
+  /// counted. Lets a caller refuse a text that cannot fit a context before tokenising it.
+  size_t min_tokens(std::string_view text) const;
+  /// The longest token's spelling in the vocabulary, in bytes.
+  size_t longest_token_bytes() const;
   /// The bytes one token stands for (byte tokens <0xAB> become the byte; SPM's U+2581 becomes a space).
   /// Control tokens render as their text only when `special` is true.
   std::string token_to_piece(Token id, bool special = false) const;

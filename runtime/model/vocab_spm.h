@@ -18,6 +18,8 @@ class SpmTokenizer {
   SpmTokenizer(const TokenTable& table, int32_t unknown_id);
   /// Appends the ids for `text`, whose spaces the caller has already escaped as U+2581.
   void encode(std::string_view text, std::vector<int32_t>& out) const;
+  /// Whether `byte` always becomes part of some token: it has a byte token, or the unknown token stands in.
+  bool always_tokenised(uint8_t byte) const { return byte_ids_[byte] >= 0 || unknown_id_ >= 0; }
 
  private:
   const TokenTable& table_;

@@ -1,6 +1,10 @@
 #include "runtime/pml/encode.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
+
+#include "common/error.h"
 
 namespace choreo::runtime::pml {
 
@@ -10,39 +14,55 @@ EncodedSchema encode_schema(Engine& engine, const dsl::pml::Schema& schema) {
 
 EncodedSchema encode_layout(Engine& engine, Layout layout) {
   return encode_layout([&](std::vector<PrefillRequest> requests) { return engine.prefill_batch(requests); },
-                       std::move(layout));
+                       std::move(layout), engine.models().n_ctx());
 }
 
-EncodedSchema encode_layout(const PrefillBatch& prefill, Layout layout) {
+void check_layout_fits(const Layout& layout, int n_ctx) {
+  for (const Piece& p : layout.pieces) {
+    if (!p.cached || p.start_pos + p.n_positions <= n_ctx) continue;
+    const std::string what = p.module >= 0 ? fmt::format("module '{}'", layout.modules[size_t(p.module)].path)
+                                           : "the schema's text";
+    throw InputError(fmt::format("context overflow: {} of schema '{}' takes positions {}..{}, beyond the "
+                                 "model's context of {} (the schema ends at {})",
+                                 what, layout.schema_name, p.start_pos, p.start_pos + p.n_positions - 1,
+                                 n_ctx, layout.end_pos),
+                     "shorten the schema, or split it into schemas that each fit the context", p.where);
+  }
+}
+
+EncodedSchema encode_layout(const PrefillBatch& prefill, Layout layout, int n_ctx) {
+  check_layout_fits(layout, n_ctx);
   const auto t0 = std::chrono::steady_clock::now();
   EncodedSchema out;
   out.layout = std::move(layout);
   const std::vector<Piece>& pieces = out.layout.pieces;
   out.messages.assign(pieces.size(), kv::kNoMessage);
-  std::vector<bool> done(pieces.size(), false);
-  for (size_t i = 0; i < pieces.size(); ++i) done[i] = !pieces[i].cached;
-  // Waves: every piece whose scaffold is encoded joins the next batch. Scaffolds point backwards, so each
-  // wave makes progress.
-  for (;;) {
-    std::vector<int> wave;
+  // Waves: a piece is ready once its whole scaffold is encoded, which is once its scaffold_last is (each
+  // piece of the chain comes after the one before it). Scaffolds point backwards, so one pass finds every
+  // wave.
+  std::vector<std::vector<int>> waves;
+  std::vector<int> wave_of(pieces.size(), -1);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (!pieces[i].cached) continue;
+    const int last = pieces[i].scaffold_last;
+    wave_of[i] = last < 0 ? 0 : wave_of[size_t(last)] + 1;
+    if (size_t(wave_of[i]) == waves.size()) waves.emplace_back();
+    waves[size_t(wave_of[i])].push_back(int(i));
+  }
+  for (const std::vector<int>& wave : waves) {
     std::vector<PrefillRequest> requests;
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      if (done[i]) continue;
-      bool ready = true;
-      for (int s : pieces[i].scaffold) ready = ready && out.messages[s] != kv::kNoMessage;
-      if (!ready) continue;
+    requests.reserve(wave.size());
+    for (int i : wave) {
       PrefillRequest r;
-      r.tokens = pieces[i].tokens;
-      for (int s : pieces[i].scaffold) r.parents.push_back({out.messages[s], pieces[s].start_pos, std::nullopt});
-      r.new_offset = pieces[i].start_pos;
+      r.tokens = pieces[size_t(i)].tokens;
+      for (int s : scaffold_of(out.layout, i))
+        r.parents.push_back({out.messages[size_t(s)], pieces[size_t(s)].start_pos, std::nullopt});
+      r.new_offset = pieces[size_t(i)].start_pos;
       requests.push_back(std::move(r));
-      wave.push_back(int(i));
     }
-    if (wave.empty()) break;
     std::vector<PrefillResult> results = prefill(std::move(requests));
     for (size_t k = 0; k < wave.size(); ++k) {
-      out.messages[wave[k]] = results[k].id;
-      done[wave[k]] = true;
+      out.messages[size_t(wave[k])] = results[k].id;
       out.n_computed += results[k].stats.n_computed;
       out.n_deduplicated += results[k].deduplicated ? 1 : 0;
     }

@@ -24,7 +24,8 @@ struct EncodedSchema {
 };
 
 /// Lays out `schema` for the engine's model and encodes it. Independent pieces (union members, pieces whose
-/// scaffolds are ready) go through the engine together as one prefill batch.
+/// scaffolds are ready) go through the engine together as one prefill batch. A cached piece that ends past
+/// the engine's context is an InputError at that piece, before anything is encoded.
 EncodedSchema encode_schema(Engine& engine, const dsl::pml::Schema& schema);
 
 /// Encodes an existing layout (made for the engine's model).
@@ -33,7 +34,13 @@ EncodedSchema encode_layout(Engine& engine, Layout layout);
 /// Runs one batch of prefills somewhere (an engine, or a workflow interpreter's call sink).
 using PrefillBatch = std::function<std::vector<PrefillResult>(std::vector<PrefillRequest>)>;
 
-/// Encodes a layout through `prefill` (the same waves of batches as above).
-EncodedSchema encode_layout(const PrefillBatch& prefill, Layout layout);
+/// Encodes a layout through `prefill` (the same waves of batches as above) on an engine whose context holds
+/// `n_ctx` positions. The waves are found in one pass: a piece joins the wave after its scaffold_last's, so
+/// the time spent outside the engine grows with the scaffolds the requests list, not with pieces x waves.
+EncodedSchema encode_layout(const PrefillBatch& prefill, Layout layout, int n_ctx);
+
+/// Throws InputError at the first cached piece of `layout` that ends past `n_ctx` positions: encoding it
+/// would fail, after the pieces before it had been encoded.
+void check_layout_fits(const Layout& layout, int n_ctx);
 
 }  // namespace choreo::runtime::pml

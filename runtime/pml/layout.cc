@@ -23,12 +23,21 @@ model::Token placeholder_token(const model::Vocab& vocab) {
   return vocab.eos() >= 0 ? vocab.eos() : 0;
 }
 
+std::vector<int> scaffold_of(const Layout& layout, int piece) {
+  std::vector<int> chain;
+  for (int s = layout.pieces[size_t(piece)].scaffold_last; s >= 0; s = layout.pieces[size_t(s)].scaffold_last)
+    chain.push_back(s);
+  std::reverse(chain.begin(), chain.end());
+  return chain;
+}
+
 namespace {
 
-/// Where the walk is: the next free position, the cached pieces visible to the next piece, the last role.
+/// Where the walk is: the next free position, the last cached piece visible to the next piece (the others
+/// are its scaffold), the last role.
 struct Cursor {
   int pos = 0;
-  std::vector<int> visible;
+  int last_visible = -1;
   std::string previous_role;
   std::vector<std::string> open_suffixes;  // suffixes of turns opened and not yet closed
 };
@@ -54,10 +63,10 @@ class LayoutBuilder {
     p.start_pos = c.pos;
     p.module = module;
     p.cached = cached;
-    p.scaffold = c.visible;
+    p.scaffold_last = c.last_visible;
     int index = int(layout_.pieces.size());
     c.pos += p.n_positions;
-    if (cached) c.visible.push_back(index);
+    if (cached) c.last_visible = index;
     if (module >= 0) {
       layout_.modules[module].pieces.push_back(index);
       if (p.kind == Piece::Kind::Slot) layout_.modules[module].slots.push_back(index);

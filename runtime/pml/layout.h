@@ -23,7 +23,7 @@ struct Piece {
   int n_positions = 0;               // positions reserved: tokens.size() for text, the length for a slot
   int module = -1;                   // owning module (index into Layout::modules); -1: the schema's own text
   bool cached = true;                // false inside a cache="false" module: encoded per request
-  std::vector<int> scaffold;         // the earlier pieces it attends to when encoded, in position order
+  int scaffold_last = -1;            // the last of the earlier pieces it attends to when encoded (scaffold_of)
   std::string parameter;             // Slot: the parameter's name
   bool space_before = false;         // Slot: an argument is tokenised as text written after a space
   bool scaffold_text = false;        // Slot: `tokens` is the parameter's scaffold= text (kept without argument)
@@ -64,6 +64,12 @@ struct Layout {
   int end_pos = 0;                    // one past the last reserved position
   std::string last_role;              // the role of the schema's last chat turn ("" if none)
 };
+
+/// The earlier cached pieces `piece` attends to when encoded, in position order: its scaffold_last, that
+/// piece's scaffold_last, and so on back to the first. Every piece's scaffold is the scaffold of the piece
+/// before it in this chain plus that piece, so the layout holds one index per piece instead of a list each
+/// (a list each is quadratic in the number of pieces).
+std::vector<int> scaffold_of(const Layout& layout, int piece);
 
 /// Tokens of one text run under the tokenisation rule of docs/pml.md: tokenised alone, no BOS, no special
 /// tokens parsed; with a byte-level BPE vocabulary `space_before` writes a leading space, while SentencePiece

@@ -105,8 +105,9 @@ TEST_SUITE("hostile") {
     ScratchDir s;
     const std::string model = testing::shared_file("models/stories260K.gguf");
     const fs::path results = s.path / "r.jsonl";
-    std::ofstream(results) << "{\"id\": \"1\", \"mode\": \"choreo\", \"prediction\": \"4\", \"gold\": [\"4\"], "
-                              "\"score\": 100}\n";
+    std::ofstream(results)
+        << "{\"id\": \"1\", \"mode\": \"choreo\", \"prediction\": \"4\", \"gold\": [\"4\"], "
+           "\"score\": 1}\n";
     const fs::path empty_dir = s.path / "empty";
     fs::create_directories(empty_dir);
     for (const std::string& target : {empty_dir.string(), std::string("/proc/self/mem")}) {
@@ -237,6 +238,33 @@ TEST_SUITE("hostile") {
       CHECK(r.err.find(c.expected) != std::string::npos);
       if (r.err.find(c.expected) == std::string::npos) MESSAGE(r.err);
     }
+  }
+
+  // Tokenising 100 MB took 2.8 GB before the context check (issue 42, finding 8). Now the text's bytes bound
+  // its tokens from below (no token spells more bytes than the vocabulary's longest), and the call is refused
+  // before tokenising: the peak stays at a few copies of the text (the file, its line, the JSON string, the
+  // text with its turn affixes), and nothing is written.
+  TEST_CASE("exec: a 100 MB prefill text past the context is refused at the text before it is tokenised") {
+    ScratchDir s;
+    const fs::path calls = s.path / "calls.jsonl";
+    constexpr size_t kTextBytes = size_t(100) << 20;
+    {
+      std::ofstream file(calls, std::ios::binary);
+      file << "{\"op\": \"prefill\", \"id\": \"a\", \"text\": \"";
+      const std::string chunk(size_t(1) << 20, 'a');  // written by the MiB: the test's own peak stays small
+      for (size_t written = 0; written < kTextBytes; written += chunk.size()) file << chunk;
+      file << "\"}\n";
+    }
+    const ProcessResult r =
+        choreo_run({"exec", "-m", testing::shared_file("models/stories260K.gguf"), calls.string()}, s.path);
+    CAPTURE(r.err);
+    CAPTURE(r.max_rss_kib);
+    CHECK(r.exited);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("calls.jsonl:1:") != std::string::npos);
+    CHECK(r.err.find("context overflow: the text is 104857600 bytes") != std::string::npos);
+    CHECK(size_t(r.max_rss_kib) * 1024 < 6 * kTextBytes);
+    CHECK(r.out.empty());
   }
 }
 

@@ -705,3 +705,51 @@ TEST_CASE("vocab: token ids outside the vocabulary are an InputError, not a cras
   CHECK_FALSE(vocab.is_eog(-1));
   CHECK_FALSE(vocab.is_control(100000));
 }
+
+// min_tokens bounds a text's tokens from below before tokenising it (exec refuses a text that cannot fit
+// the context that way: issue 42, finding 8). The bound must hold for every text and vocabulary, or a text
+// that fits would be refused.
+TEST_CASE("vocab: min_tokens is at most the tokens of any text, and grows with its bytes") {
+  std::vector<fs::path> models = conformance_vocabs();
+  models.push_back(choreo::testing::shared_dir() / "models" / "stories260K.gguf");
+  models.push_back(choreo::testing::default_model());
+  std::vector<std::string> texts = kTrickyStrings;
+  for (const ConformanceCase& c : read_cases(conformance_vocabs().front())) texts.push_back(c.text);
+  for (const std::string& text : random_strings(11, 200)) texts.push_back(text);
+  std::string every_byte;
+  for (int byte = 0; byte < 256; ++byte) every_byte += char(byte);  // invalid UTF-8 too
+  texts.push_back(every_byte);
+  int n_checked = 0;
+  for (const fs::path& path : models) {
+    const Vocab vocab = Vocab::from_gguf(File::open(choreo::testing::require_file(path)));
+    const size_t longest = vocab.longest_token_bytes();
+    std::vector<std::string> own = texts;
+    for (Token id = 0; id < vocab.n_tokens(); ++id)  // the longest spellings, over and over
+      if (vocab.token_text(id).size() == longest) own.push_back(std::string(vocab.token_text(id)) + "x");
+    for (const std::string& text : own)
+      for (const bool parse_special : {false, true}) {
+        CHECK_MESSAGE(vocab.min_tokens(text) <= vocab.tokenize(text, false, parse_special).size(),
+                      path.filename().string(), " parse_special=", parse_special, " ", json(text).dump());
+        ++n_checked;
+      }
+    // Not vacuous: plain letters are counted at the longest spelling's rate.
+    CHECK(vocab.min_tokens(std::string(longest * 100, 'a')) == 100);
+  }
+  MESSAGE(n_checked, " texts checked");
+}
+
+TEST_CASE("vocab: min_tokens leaves out bytes a BPE vocabulary can drop") {
+  // "é" is C3 A9, spelled "Ã©" by byte-level BPE. Each byte has a token and a merge joins them, but not into
+  // a token: the joined run falls back to its bytes one by one, and only ASCII spellings are found alone, so
+  // "é" makes no token at all.
+  Writer writer;
+  set_bpe(writer, {"Ã ©"});
+  writer.set_string_array("tokenizer.ggml.tokens", {"a", "b", "Ã", "©"});
+  writer.set_i32_array("tokenizer.ggml.token_type", {1, 1, 1, 1});
+  const std::vector<uint8_t> bytes = writer.to_bytes();
+  const Vocab vocab = Vocab::from_gguf(File::parse(bytes, "dropping.gguf"));
+  const std::string text = "é é é ab";
+  CHECK(vocab.tokenize(text, false).size() == 2);  // "a", "b"
+  CHECK(vocab.min_tokens(text) <= 2);
+  CHECK(vocab.min_tokens("ab") == 1);
+}

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -20,27 +21,28 @@ namespace {
 
 using json = nlohmann::json;
 
-/// `[{"i":0},{"i":1},...]`: a list of `n` small objects, about 10 bytes each.
+/// `[{},{},...]`: a list of `n` empty objects. Empty, so that a million of them take little memory: reading
+/// them costs their allocations, and an object's members cost more of those.
 std::string list_of_objects(int n) {
   std::string text = "[";
-  for (int i = 0; i < n; ++i) text += fmt::format("{}{{\"i\":{}}}", i == 0 ? "" : ",", i);
+  text.reserve(size_t(n) * 3 + 1);
+  for (int i = 0; i < n; ++i) text += i == 0 ? "{}" : ",{}";
   return text + "]";
 }
 
 }  // namespace
 
 // nlohmann's callback parser scans the enclosing list after every object it closes, so this line took minutes
-// (200,000 objects took 7 s). The plain parser, which has no callback, computes the expected value.
-TEST_CASE("a JSON line holding a list of a million objects reads whole, equal to the plain parser's value") {
+// (200,000 objects took 7 s).
+TEST_CASE("a JSON line holding a list of a million objects reads whole, each object as written") {
   constexpr int kObjects = 1000000;
-  const std::string text = list_of_objects(kObjects);
-  const JsonLine line = parse_json_line(1, text);
+  const JsonLine line = parse_json_line(1, list_of_objects(kObjects));
   REQUIRE(line.json_error.empty());
   CHECK(line.duplicate_key.empty());
   REQUIRE(line.value.is_array());
   CHECK(line.value.size() == size_t(kObjects));
-  CHECK(line.value == json::parse(text));
-  CHECK(line.value.back()["i"] == kObjects - 1);
+  CHECK(std::all_of(line.value.begin(), line.value.end(),
+                    [](const json& element) { return element.is_object() && element.empty(); }));
 }
 
 TEST_CASE("keys given twice are noted at any depth, once, and the later value wins as in the plain parser") {
@@ -81,8 +83,8 @@ TEST_CASE("run --inputs: a row whose list input holds a million objects reads, t
   const std::vector<InputRow> rows = read_input_rows(path, workflow, {});
   REQUIRE(rows.size() == 1);
   const std::string& items = rows[0].arguments.inputs.at("items");
-  CHECK(json::parse(items) == json::parse(list));
-  // As a workflow value, 12 MB of list is past the expression reader's bounds: the error gives the reader's
+  CHECK(items == list);  // written compact, as nlohmann writes it back
+  // As a workflow value, a million elements are past the expression reader's bounds: the error gives the reader's
   // reason instead of only "must be a list", and quotes the text cut short.
   const std::string error =
       testing::input_error_text([&] { dsl::convert_argument(items, dsl::ValueType::List, "input `items`"); });

@@ -71,9 +71,9 @@ TEST_CASE("pml layout: modules, parameters and unions get the positions the defi
   CHECK(l.pieces[6].start_pos == union_start + l.unions[0].n_positions);
   CHECK(l.end_pos == l.pieces[6].start_pos + int(end.size()));
   // Scaffolds: each member sees what precedes the union; later text sees the scaffold member only.
-  CHECK(l.pieces[4].scaffold == std::vector<int>{0, 1, 2, 3});
-  CHECK(l.pieces[5].scaffold == std::vector<int>{0, 1, 2, 3});
-  CHECK(l.pieces[6].scaffold == std::vector<int>{0, 1, 2, 3, 5});
+  CHECK(scaffold_of(l, 4) == std::vector<int>{0, 1, 2, 3});
+  CHECK(scaffold_of(l, 5) == std::vector<int>{0, 1, 2, 3});
+  CHECK(scaffold_of(l, 6) == std::vector<int>{0, 1, 2, 3, 5});
   CHECK(l.modules[2].path == "long");
   CHECK(l.top_modules == std::vector<int>{0, 1, 2});
 }
@@ -87,7 +87,7 @@ TEST_CASE("pml layout: without scaffold= a union is a gap for the rest of the sc
                      m);
   REQUIRE(l.pieces.size() == 4);
   CHECK_FALSE(l.pieces[2].cached);
-  CHECK(l.pieces[3].scaffold == std::vector<int>{0});
+  CHECK(scaffold_of(l, 3) == std::vector<int>{0});
 }
 
 TEST_CASE("pml prompt plan: a prompt assembled from modules tokenises piece by piece at schema positions") {

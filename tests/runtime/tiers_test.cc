@@ -317,7 +317,7 @@ TEST_CASE("tiers: a call's metrics count the parent tokens loaded back and recom
   }
 }
 
-TEST_CASE("tiers: a decode cancelled mid-way ends at once with what it generated; its batch goes on unchanged") {
+TEST_CASE("tiers: a decode cancelled mid-way ends at once with what it generated and its batch goes on unchanged") {
   const model::Model& m = *testing::stories260k().model;
   kv::PagePool pool(m.backend(), m.kv_layout(16), size_t(64) << 20);
   Engine e(m, pool);

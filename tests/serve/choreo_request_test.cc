@@ -117,7 +117,7 @@ TEST_CASE("serve extensions: a wrong field of a choreo object is a 400 that name
   CHECK(completions.code == "unsupported_extension");
 }
 
-TEST_CASE("serve hints: pins are leases within a byte budget; a renewed pin keeps its place") {
+TEST_CASE("serve hints: pins are leases within a byte budget and a renewed pin keeps its place") {
   serve::ServeHints hints({.max_bytes = 100, .max_lease = std::chrono::seconds(600)});
   serve::RetentionHint pin;
   pin.pin = true;

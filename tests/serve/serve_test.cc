@@ -51,8 +51,8 @@ TEST_CASE("serve: a LangGraph debate of three agents hits the cache and is the s
   run_section("langgraph");
 }
 
-TEST_CASE("serve: choreo's extensions (ids, item_reference parents, output ids, retention) give choreo exec's text; "
-          "unknown ids, conflicts and cycles are typed errors") {
+TEST_CASE("serve: choreo's extensions give choreo exec's text and typed errors for unknown ids and conflicts and "
+          "cycles") {
   run_section("extensions");
 }
 
