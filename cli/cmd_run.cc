@@ -27,6 +27,7 @@
 #include "runtime/exec/interpreter.h"
 #include "runtime/exec/run_report.h"
 #include "runtime/exec/thread_room.h"
+#include "cli/run_output.h"
 #include "cli/stream_printer.h"
 #include "runtime/engine/open_engine.h"
 
@@ -73,37 +74,11 @@ struct Colours {
   std::string shown(const std::string& text) const { return on ? escape_for_terminal(text) : text; }
 };
 
-/// The JSON document `--json` writes: the run(s) with the workflow, model and mode.
+/// The JSON document `--json` writes (cli/run_output.h).
 nlohmann::ordered_json document(const dsl::Workflow& workflow, const RunOptions& o, const std::string& model_path,
                                 const std::vector<exec::InputRow>& rows,
                                 const std::vector<exec::InstanceOutcome>& outcomes, const kv::TierStats& tiers) {
-  nlohmann::ordered_json j;
-  j["workflow"] = workflow.name.value;
-  j["model"] = model_path;
-  j["mode"] = o.mode;
-  j["no_leak"] = o.no_leak;
-  j["tiers"] = o.engine.tiers_json(tiers);
-  // A failed instance keeps what it did before the error, marked incomplete.
-  auto run_of = [](const exec::InstanceOutcome& outcome) {
-    nlohmann::ordered_json e;
-    if (outcome.error) {
-      e["incomplete"] = true;
-      e["error"] = describe_error(outcome.error);
-    }
-    e.update(exec::run_json(outcome.result));
-    return e;
-  };
-  if (rows.empty()) {
-    j.update(run_of(outcomes.at(0)));
-    return j;
-  }
-  j["instances"] = nlohmann::ordered_json::array();
-  for (size_t i = 0; i < outcomes.size(); ++i) {
-    nlohmann::ordered_json e = {{"line", rows[i].line}};
-    e.update(run_of(outcomes[i]));
-    j["instances"].push_back(e);
-  }
-  return j;
+  return run_document(workflow, o.mode, o.no_leak, o.engine.tiers_json(tiers), model_path, rows, outcomes);
 }
 
 /// Writes --json and --trace (when asked for): every instance, failed ones with what they did before the
@@ -252,8 +227,8 @@ void run_run(const RunOptions& o) {
       std::rethrow_exception(outcomes[0].error);
     }
     if (workflow.output)
-      std::cout << (colours.on ? "\033[1m── output\033[0m\n" : "── output\n") << colours.shown(outcomes[0].result.output)
-                << "\n"
+      std::cout << (colours.on ? "\033[1m── output\033[0m\n" + colours.shown(outcomes[0].result.output) + "\n"
+                               : output_block(outcomes[0].result.output))
                 << std::flush;
   } else {
     outcomes = run_rows(workflow, engine, rows, o, colours);

@@ -12,6 +12,7 @@
 
 #include "cli/common.h"
 #include "cli/engine_flags.h"
+#include "cli/serve_workflows.h"
 #include "common/error.h"
 #include "runtime/serve/server.h"
 
@@ -32,6 +33,7 @@ struct ServeFlags {
   bool quiet = false;
   int max_pin_mib = -1;  // -1: a quarter of --cache-mib
   int max_pin_s = 600;
+  std::string workflows_dir;
 };
 
 /// The id /v1/models lists for each model: the base model's file name without .gguf, then the named ones.
@@ -65,6 +67,8 @@ void run_serve(const ServeFlags& o) {
   };
   std::unique_ptr<runtime::OpenedEngine> opened =
       runtime::open_engine(models, o.engine.engine_options(runtime::Mode::Choreo, StorePolicy::Explicit));
+  if (!o.workflows_dir.empty())
+    options.workflows = served_workflows(o.workflows_dir, o.engine, opened->model().file().path());
   std::vector<std::string> ids = model_ids(opened->engine().models(), opened->model());
   const size_t t0_mib = opened->pool().budget_bytes() >> 20;
   serve::Server server(std::move(opened), ids, options);
@@ -113,6 +117,9 @@ void register_serve(CLI::App& app) {
                   "close after it too")
       ->check(CLI::Range(1, 86400));
   cmd->add_flag("--metrics", o->metrics, "serve GET /metrics (Prometheus text format)");
+  cmd->add_option("--workflows", o->workflows_dir,
+                  "run the workflows of this directory (NAME.yaml) at POST /choreo/v1/workflows/NAME, answering "
+                  "with what choreo run prints and its --json record");
   cmd->add_option("--max-pin-mib", o->max_pin_mib,
                   "T0 MiB that messages pinned by choreo.retention may hold at once; pins past it are refused "
                   "(default: a quarter of --cache-mib)")

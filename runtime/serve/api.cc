@@ -4,6 +4,7 @@
 
 #include "dsl/expr/value.h"
 #include "runtime/serve/json_fields.h"
+#include "runtime/serve/responses_api.h"
 
 namespace choreo::serve {
 
@@ -169,9 +170,7 @@ void parse_responses(const json& body, ApiRequest& r) {
     throw bad("input", "'input' must be a string or a list of messages", "invalid_type");
   }
   r.max_tokens = int(integer(body, "max_output_tokens", 1, 1 << 24, 0));
-  if (boolean(body, "stream", false))
-    throw bad("stream", "streaming /v1/responses is not available in choreo serve yet; use /v1/chat/completions to stream",
-              "unsupported_parameter");
+  r.stream = boolean(body, "stream", false);
   if (std::string prev = text(body, "previous_response_id", false); !prev.empty()) r.previous_response_id = prev;
   r.store = boolean(body, "store", true);
 }
@@ -354,25 +353,9 @@ std::string answer_body(const ApiRequest& request, const Answer& a, const Genera
              {"choices", choices}, {"usage", openai_usage(result)}};
       break;
     }
-    case ApiKind::Responses: {
-      const Choice& c = result.choices.at(0);
-      // With choreo's extensions the output message's id is the answer's: an item_reference can name it.
-      const std::string message_id = result.message_id.empty() ? "msg_" + a.id.substr(5) : result.message_id;
-      json message{{"type", "message"}, {"id", message_id}, {"status", "completed"}, {"role", "assistant"},
-                   {"content", json::array({{{"type", "output_text"}, {"text", c.text}, {"annotations", json::array()}}})}};
-      out = {{"id", a.id}, {"object", "response"}, {"created_at", a.created}, {"model", a.model},
-             {"status", c.finish_reason == "length" ? "incomplete" : "completed"},
-             {"output", json::array({message})},
-             {"previous_response_id", a.previous_response_id ? json(*a.previous_response_id) : json(nullptr)},
-             {"store", request.store},
-             {"usage", {{"input_tokens", result.usage.prompt_tokens},
-                        {"input_tokens_details", {{"cached_tokens", result.usage.prefix_reused}}},
-                        {"output_tokens", result.completion_tokens},
-                        {"output_tokens_details", {{"reasoning_tokens", 0}}},
-                        {"total_tokens", result.usage.prompt_tokens + result.completion_tokens}}}};
-      if (c.finish_reason == "length") out["incomplete_details"] = {{"reason", "max_output_tokens"}};
+    case ApiKind::Responses:
+      out = response_object(request, a, &result);
       break;
-    }
     case ApiKind::Messages: {
       const Choice& c = result.choices.at(0);
       out = {{"id", a.id}, {"type", "message"}, {"role", "assistant"}, {"model", a.model},
@@ -387,7 +370,8 @@ std::string answer_body(const ApiRequest& request, const Answer& a, const Genera
   return dumps(out);
 }
 
-std::vector<std::string> stream_start(const ApiRequest& request, const Answer& a, const PromptUsage& usage) {
+std::vector<std::string> stream_start(const ApiRequest& request, Answer& a, const PromptUsage& usage) {
+  if (request.kind == ApiKind::Responses) return responses_stream_start(request, a);
   std::vector<std::string> events;
   if (request.kind == ApiKind::ChatCompletions) {
     for (int i = 0; i < request.n; ++i)
@@ -406,7 +390,7 @@ std::vector<std::string> stream_start(const ApiRequest& request, const Answer& a
   return events;
 }
 
-std::string stream_text(const ApiRequest& request, const Answer& a, size_t choice, const std::string& text) {
+std::string stream_text(const ApiRequest& request, Answer& a, size_t choice, const std::string& text) {
   switch (request.kind) {
     case ApiKind::ChatCompletions:
       return sse(chat_chunk(a, json::array({{{"index", choice}, {"delta", {{"content", text}}},
@@ -417,12 +401,13 @@ std::string stream_text(const ApiRequest& request, const Answer& a, size_t choic
     case ApiKind::Messages:
       return sse("content_block_delta", {{"type", "content_block_delta"}, {"index", 0},
                                          {"delta", {{"type", "text_delta"}, {"text", text}}}});
-    case ApiKind::Responses: break;
+    case ApiKind::Responses: return responses_stream_text(a, text);
   }
   return {};
 }
 
-std::vector<std::string> stream_end(const ApiRequest& request, const Answer& a, const GenerationResult& result) {
+std::vector<std::string> stream_end(const ApiRequest& request, Answer& a, const GenerationResult& result) {
+  if (request.kind == ApiKind::Responses) return responses_stream_end(request, a, result);
   std::vector<std::string> events;
   if (request.kind == ApiKind::Messages) {
     const Choice& c = result.choices.at(0);
@@ -451,7 +436,8 @@ std::vector<std::string> stream_end(const ApiRequest& request, const Answer& a, 
   return events;
 }
 
-std::string stream_error(const ApiRequest& request, const ApiError& e) {
+std::string stream_error(const ApiRequest& request, Answer& a, const ApiError& e) {
+  if (request.kind == ApiKind::Responses) return responses_stream_error(a, e);
   if (request.kind == ApiKind::Messages) return sse("error", json::parse(error_body(request.kind, e)));
   return sse(json::parse(error_body(request.kind, e)));
 }

@@ -58,6 +58,8 @@ struct Answer {
   std::string model;        // as listed by /v1/models
   int64_t created = 0;      // unix seconds
   std::optional<std::string> previous_response_id;
+  std::string message_id;   // responses: the output message's id (with extensions, the answer's choreo id)
+  int sequence = 0;         // responses streams: the next event's sequence number
 };
 
 /// The whole answer of a request that did not stream.
@@ -65,11 +67,11 @@ std::string answer_body(const ApiRequest& request, const Answer& answer, const G
 
 /// The events of a streamed answer, each a complete server-sent event ("data: …\n\n", Anthropic's with
 /// "event: …").
-std::vector<std::string> stream_start(const ApiRequest& request, const Answer& answer, const PromptUsage& usage);
-std::string stream_text(const ApiRequest& request, const Answer& answer, size_t choice, const std::string& text);
-std::vector<std::string> stream_end(const ApiRequest& request, const Answer& answer, const GenerationResult& result);
+std::vector<std::string> stream_start(const ApiRequest& request, Answer& answer, const PromptUsage& usage);
+std::string stream_text(const ApiRequest& request, Answer& answer, size_t choice, const std::string& text);
+std::vector<std::string> stream_end(const ApiRequest& request, Answer& answer, const GenerationResult& result);
 /// An error after the stream began.
-std::string stream_error(const ApiRequest& request, const ApiError& e);
+std::string stream_error(const ApiRequest& request, Answer& answer, const ApiError& e);
 
 /// JSON text; bytes that are not UTF-8 (a model may generate them) become U+FFFD.
 std::string dumps(const nlohmann::json& v);

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 #include <optional>
-#include <random>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "common/error.h"
@@ -94,7 +94,6 @@ struct ChoreoDecoder::Group {
 ChoreoDecoder::ChoreoDecoder(runtime::Engine& engine, PinLimits pins, size_t max_names)
     : engine_(engine), hints_(pins), names_(max_names) {
   engine_.step_oracles().add(&hints_);
-  id_salt_ = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
 }
 
 ChoreoDecoder::~ChoreoDecoder() { engine_.step_oracles().remove(&hints_); }
@@ -103,8 +102,6 @@ uint64_t ChoreoDecoder::text_hash(const std::string& role, const std::string& te
   const std::string both = role + '\0' + text;
   return XXH3_64bits(both.data(), both.size());
 }
-
-std::string ChoreoDecoder::new_answer_id() { return fmt::format("msg_{:016x}{:08x}", id_salt_, ++next_id_); }
 
 ChoreoDecoder::Slot ChoreoDecoder::existing(const NamedMessage& named) const {
   Slot s;
@@ -147,18 +144,14 @@ void ChoreoDecoder::resolve(Group& group, Plan& plan) {
     std::unordered_map<std::string, size_t> defines;
     for (size_t k = 0; k < ext.items.size(); ++k)
       if (!ext.items[k].reference && !ext.items[k].id.empty()) defines.emplace(ext.items[k].id, k);
-    if (!ext.output_id.empty()) {
-      for (const ChoreoItem& item : ext.items)
-        if (item.id == ext.output_id)
-          throw cycle("choreo.output_id",
-                      fmt::format("the answer's id '{}' is also {} of this request", ext.output_id,
-                                  item.reference ? "an item_reference" : "a message's id"));
-      if (names_.find(ext.output_id) || group.pending.count(ext.output_id))
-        throw conflict(ext.output_id, "choreo.output_id", "another message (output ids name new answers)");
-      plan.answer_name = ext.output_id;
-    } else {
-      plan.answer_name = new_answer_id();
-    }
+    if (ext.output_id.empty()) throw std::invalid_argument("ChoreoDecoder: a request without an output id");
+    for (const ChoreoItem& item : ext.items)
+      if (item.id == ext.output_id)
+        throw cycle("choreo.output_id", fmt::format("the answer's id '{}' is also {} of this request", ext.output_id,
+                                                    item.reference ? "an item_reference" : "a message's id"));
+    if (names_.find(ext.output_id) || group.pending.count(ext.output_id))
+      throw conflict(ext.output_id, "choreo.output_id", "another message (output ids name new answers)");
+    plan.answer_name = ext.output_id;
     int position = engine_.first_pos();
     for (size_t k = 0; k < ext.items.size(); ++k) {
       const ChoreoItem& item = ext.items[k];

@@ -28,7 +28,8 @@
 
 namespace choreo::serve {
 
-/// What a generation with extensions asks for (`ignore_eos`: exactly max_tokens tokens, exec's exact_tokens).
+/// What a generation with extensions asks for (`ignore_eos`: exactly max_tokens tokens, exec's exact_tokens;
+/// `ext.output_id` must be set: the server names the answers clients leave unnamed).
 struct ExtensionRequest : GenerationSettings {
   ChoreoRequest ext;
   std::string agent;
@@ -104,15 +105,12 @@ class ChoreoDecoder {
   PromptUsage usage_of(const Group& group, const Plan& plan) const;
   /// Retention hints, pin leases' hits and the workflow's step; pins refused go to `out`.
   void apply_hints(const Group& group, const Plan& plan, GenerationResult& out);
-  std::string new_answer_id();
 
   runtime::Engine& engine_;
   ServeHints hints_;
   BoundedMap<NamedMessage> names_;
   std::function<void(size_t)> make_room_;
   ExtensionStats stats_;
-  uint64_t id_salt_ = 0;
-  uint64_t next_id_ = 0;
 };
 
 }  // namespace choreo::serve

@@ -8,7 +8,7 @@ namespace {
 
 /// How long the first extension request of a group waits for others to join it: requests that clients send at
 /// once reach the engine thread a little apart, and a group's decodes share every forward pass.
-constexpr std::chrono::milliseconds kGatherWindow{2};
+constexpr std::chrono::milliseconds kGatherWindow{5};
 
 }  // namespace
 

@@ -47,6 +47,8 @@ class EngineService {
     enqueue_job([&task](runtime::Engine& e) { task(e); });
     return done.get();
   }
+  /// Runs `job` on the engine thread, alone, and returns at once (what it throws is its own to report).
+  void post(std::function<void(runtime::Engine&)> job) { enqueue_job(std::move(job)); }
   /// Starts a plain generation on the engine thread and returns at once; `g` tells its progress.
   void start(std::shared_ptr<PlainGeneration> g);
   /// Starts a generation with choreo's extensions; it runs with those that arrive within a moment of it.

@@ -1,6 +1,7 @@
 #include "runtime/serve/server.h"
 
 #include <chrono>
+#include <cstring>
 #include <random>
 
 #include <fmt/format.h>
@@ -142,10 +143,18 @@ void Server::handle(const HttpRequest& request, HttpResponder& r) {
     }
     return generation(route.kind, path, request, r);
   }
+  static const std::string workflows = "/choreo/v1/workflows";
+  if (path.rfind(workflows + "/", 0) == 0 && path.size() > workflows.size() + 1) {
+    const int status = post ? workflow(path.substr(workflows.size() + 1), request, r) : 405;
+    if (!post)
+      send_json(r, 405, error_body(ApiKind::ChatCompletions, ApiError(405, "invalid_request_error", "method_not_allowed",
+                                                                      "use POST to run a workflow")));
+    return metrics_.request(workflows, status);
+  }
   int status = 200;
   if (get && path == "/health") {
     send_json(r, 200, R"({"status":"ok"})");
-  } else if (!authorized(request) && (path == "/v1/models" || path == "/metrics")) {
+  } else if (!authorized(request) && (path == "/v1/models" || path == "/metrics" || path == workflows)) {
     status = 401;
     send_json(r, 401, error_body(ApiKind::ChatCompletions,
                                  ApiError(401, "authentication_error", "invalid_api_key", "a valid API key is required")));
@@ -154,6 +163,8 @@ void Server::handle(const HttpRequest& request, HttpResponder& r) {
     for (const std::string& id : model_ids_)
       data.push_back({{"id", id}, {"object", "model"}, {"created", 0}, {"owned_by", "choreo"}});
     send_json(r, 200, dumps(json{{"object", "list"}, {"data", data}}));
+  } else if (get && path == workflows) {
+    send_json(r, 200, dumps(json{{"object", "list"}, {"data", options_.workflows.names}}));
   } else if (get && path == "/metrics" && options_.metrics) {
     r.send(200, "text/plain; version=0.0.4", metrics_.render(gauges()));
   } else {
@@ -165,22 +176,22 @@ void Server::handle(const HttpRequest& request, HttpResponder& r) {
   metrics_.request(status == 404 ? "other" : path, status);
 }
 
+Server::InFlight Server::admit(const HttpRequest& request, ApiKind kind) {
+  if (!authorized(request))
+    throw ApiError(401, "authentication_error", "invalid_api_key",
+                   "a valid API key is required (Authorization: Bearer KEY, or x-api-key: KEY)");
+  InFlight guard(in_flight_);
+  if (guard.admitted() > options_.max_concurrency)
+    throw ApiError(429, kind == ApiKind::Messages ? "rate_limit_error" : "rate_limit_exceeded", "too_many_requests",
+                   fmt::format("the server runs at most {} generations at once (--max-concurrency); retry later",
+                               options_.max_concurrency));
+  return guard;
+}
+
 void Server::generation(ApiKind kind, const std::string& endpoint, const HttpRequest& request, HttpResponder& r) {
-  struct InFlight {
-    std::atomic<int>& n;
-    ~InFlight() { --n; }
-  };
   int status = 200;
   try {
-    if (!authorized(request))
-      throw ApiError(401, "authentication_error", "invalid_api_key",
-                     "a valid API key is required (Authorization: Bearer KEY, or x-api-key: KEY)");
-    const int admitted = ++in_flight_;
-    const InFlight guard{in_flight_};
-    if (admitted > options_.max_concurrency)
-      throw ApiError(429, kind == ApiKind::Messages ? "rate_limit_error" : "rate_limit_exceeded", "too_many_requests",
-                     fmt::format("the server runs at most {} generations at once (--max-concurrency); retry later",
-                                 options_.max_concurrency));
+    const InFlight guard = admit(request, kind);
     ApiRequest api = parse_request(kind, parse_body(request.body));
     const int model = resolve_model(api.model);
     if (api.agent.empty()) api.agent = request.header("x-choreo-agent");
@@ -201,6 +212,64 @@ void Server::generation(ApiKind kind, const std::string& endpoint, const HttpReq
   metrics_.request(endpoint, status);
   if (options_.log_requests)
     std::fprintf(options_.log, "serve: %s %s -> %d\n", request.method.c_str(), endpoint.c_str(), status);
+}
+
+int Server::workflow(const std::string& name, const HttpRequest& request, HttpResponder& r) {
+  const ApiKind errors = ApiKind::ChatCompletions;  // OpenAI's error shape
+  try {
+    const InFlight guard = admit(request, errors);
+    const json body = parse_body(request.body);
+    if (!options_.workflows.run)
+      throw ApiError(404, "invalid_request_error", "workflow_not_found",
+                     "this server runs no workflows (start it with --workflows DIR)");
+    const auto stream_field = body.find("stream");
+    if (stream_field != body.end() && !stream_field->is_boolean())
+      throw ApiError(400, "invalid_request_error", "invalid_type", "'stream' must be true or false", "stream");
+    const bool stream = stream_field == body.end() || stream_field->get<bool>();
+    // The run is a job on the engine thread (it runs alone there); its text comes back through a generation.
+    auto g = std::make_shared<Generation>();
+    auto record = std::make_shared<nlohmann::ordered_json>();
+    service_.post([g, record, name, body, run = options_.workflows.run](runtime::Engine& engine) {
+      try {
+        *record = run(name, body, engine, [&] { g->admitted({}); }, [&](std::string text) { g->emit(0, std::move(text)); });
+        g->finish({});
+      } catch (...) {
+        g->fail(std::current_exception());
+      }
+    });
+    g->wait_admitted();  // errors before the run starts are plain HTTP errors
+    std::string text;
+    std::vector<TextEvent> events;
+    bool open = true;
+    if (stream) r.begin_stream(200, "text/event-stream");
+    while (g->next(&events))
+      for (const TextEvent& e : events) {
+        if (!stream) text += e.text;
+        else if (open) open = r.write("event: text\ndata: " + dumps(json{{"text", e.text}}) + "\n\n");
+      }
+    try {
+      g->wait();
+    } catch (const ApiError& e) {
+      if (stream && open) r.write("event: error\ndata: " + error_body(errors, e) + "\n\n");
+      throw;
+    }
+    if (stream)
+      r.write("event: result\ndata: " + record->dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n");
+    else
+      send_json(r, 200, nlohmann::ordered_json{{"text", text}, {"record", *record}}.dump(
+                            -1, ' ', false, json::error_handler_t::replace));
+    if (options_.log_requests) {
+      std::fprintf(options_.log, "serve: workflow %s status=200\n", printable(name).c_str());
+      std::fflush(options_.log);
+    }
+    return 200;
+  } catch (const ApiError& e) {
+    if (!r.sent()) send_json(r, e.status, error_body(errors, e));
+    return e.status;
+  } catch (const std::exception& e) {
+    if (!r.sent()) send_json(r, 500, error_body(errors, ApiError(500, "server_error", "internal", e.what())));
+    return 500;
+  }
 }
 
 std::vector<model::Token> Server::prompt_tokens(ApiRequest& api, int model) {
@@ -262,7 +331,11 @@ void Server::run_generation(ApiRequest& api, int model, HttpResponder& r, const 
                        : api.kind == ApiKind::Completions   ? "cmpl-"
                        : api.kind == ApiKind::Responses     ? "resp_"
                                                             : "msg_";
-  const Answer answer{new_id(prefix), model_ids_[size_t(model)], unix_seconds(), api.previous_response_id};
+  Answer answer{new_id(prefix), model_ids_[size_t(model)], unix_seconds(), api.previous_response_id};
+  // The answer's message id: with extensions, the name later requests give it (the client's output_id, or one
+  // made here); /v1/responses shows it as the output message's id.
+  if (extended && api.choreo->output_id.empty()) api.choreo->output_id = new_id("msg_");
+  answer.message_id = extended ? api.choreo->output_id : "msg_" + answer.id.substr(std::strlen(prefix));
   const std::shared_ptr<Generation> g = extended ? start_extension(api, model) : start_plain(api, model);
   GenerationResult result;
   if (!api.stream) {
@@ -280,7 +353,7 @@ void Server::run_generation(ApiRequest& api, int model, HttpResponder& r, const 
     try {
       result = g->wait();
     } catch (const ApiError& e) {
-      if (open) r.write(stream_error(api, e));
+      if (open) r.write(stream_error(api, answer, e));
       throw;
     }
     for (const std::string& e : stream_end(api, answer, result)) open = open && r.write(e);

@@ -6,9 +6,11 @@
 
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/serve/api.h"
@@ -19,6 +21,19 @@
 
 namespace choreo::serve {
 
+/// The workflows the server runs (`--workflows DIR`, POST /choreo/v1/workflows/{name}); the CLI makes it.
+struct WorkflowRunner {
+  std::vector<std::string> names;  // GET /choreo/v1/workflows lists them
+  /// Runs workflow `name` on `engine` (on the engine thread) with the inputs and params of the request `body`:
+  /// calls `started` once the run's plan is compiled (its inputs are good), `emit` with the text `choreo run`
+  /// prints as it comes, and returns run's --json record. ApiError for an unknown name (404) or bad inputs (400)
+  /// and for a run that fails.
+  std::function<nlohmann::ordered_json(const std::string& name, const nlohmann::json& body, runtime::Engine& engine,
+                                       const std::function<void()>& started,
+                                       const std::function<void(std::string)>& emit)>
+      run;
+};
+
 /// What the server is told at start-up.
 struct ServeOptions {
   std::string api_key;            // empty: no key asked
@@ -27,6 +42,7 @@ struct ServeOptions {
   bool log_requests = true;       // one line per request on `log`
   size_t max_stored_responses = size_t(1) << 14;
   ExtensionOptions extensions;    // pins' budget and lease, names kept
+  WorkflowRunner workflows;       // none: the workflow endpoint answers 404
   std::FILE* log = stderr;
 };
 
@@ -45,7 +61,29 @@ class Server {
     std::vector<model::ChatMessage> messages;  // without the request's instructions, with its answer
     int model = 0;
   };
+  /// A generation (or workflow run) counted in flight while it lives.
+  class InFlight {
+   public:
+    explicit InFlight(std::atomic<int>& n) : n_(&n), admitted_(++n) {}
+    InFlight(InFlight&& other) noexcept : n_(std::exchange(other.n_, nullptr)), admitted_(other.admitted_) {}
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+    InFlight& operator=(InFlight&&) = delete;
+    ~InFlight() {
+      if (n_) --*n_;
+    }
+    /// How many were in flight with this one when it was counted.
+    int admitted() const { return admitted_; }
+
+   private:
+    std::atomic<int>* n_;
+    int admitted_;
+  };
+  /// Checks the API key and counts the request in flight; ApiError 401, or 429 past --max-concurrency.
+  InFlight admit(const HttpRequest& request, ApiKind kind);
   void generation(ApiKind kind, const std::string& endpoint, const HttpRequest& request, HttpResponder& responder);
+  /// POST /choreo/v1/workflows/{name}; returns the status answered.
+  int workflow(const std::string& name, const HttpRequest& request, HttpResponder& responder);
   void run_generation(ApiRequest& api, int model, HttpResponder& responder, const std::string& endpoint);
   static GenerationSettings settings(const ApiRequest& api, int model);
   std::shared_ptr<Generation> start_plain(ApiRequest& api, int model);

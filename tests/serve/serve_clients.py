@@ -2,7 +2,8 @@
 
 Sections:
   openai     the openai package: chat completions streamed and not, n=2, a stop string, cached_tokens,
-             completions, responses with previous_response_id, and each error status as the SDK's own class
+             completions, responses with previous_response_id and streamed (stream=True and the stream()
+             helper), and each error status as the SDK's own class
   anthropic  the anthropic package: messages with cache_control blocks, streamed and not, cache reads
   equality   32 concurrent clients; each text equals its sequential `choreo generate --chat` output
   faults     malformed JSON, wrong types, oversized bodies, 10^5 messages, a slow body, a client gone
@@ -14,6 +15,7 @@ Sections:
              share forward passes; unknown ids (404), ids reused with another text (409), cycles (400)
   tiers      served messages in T1 (a small T0), T2 (kill -9, restart: the documents load from the store) and T3
              (Redis); /metrics per tier; every answer equals `choreo exec` of the same calls
+  workflows  POST /choreo/v1/workflows/{name}: the text equals `choreo run`'s stdout, the record its --json
 
 Exit status 0 when every check of the section holds; the first failed check is printed with what was seen.
 """
@@ -149,6 +151,34 @@ def section_openai(args):
         check(b.usage.input_tokens_details.cached_tokens >= a.usage.input_tokens,
               "responses: previous_response_id continues the conversation from the cache", b.usage)
         check(b.previous_response_id == a.id, "responses: previous_response_id is echoed")
+        # Streamed: one answer that ends by itself (response.completed), one cut at max_output_tokens
+        # (response.incomplete, as OpenAI ends those).
+        for prompt, limit, last in [("What is 2+2? Answer with one number.", 32, "response.completed"),
+                                    ("Say hello.", 16, "response.incomplete")]:
+            whole = c.responses.create(model=MODEL_ID, input=prompt, max_output_tokens=limit, temperature=0)
+            events = list(c.responses.create(model=MODEL_ID, input=prompt, max_output_tokens=limit, temperature=0,
+                                             stream=True))
+            types = [e.type for e in events]
+            check(types[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                                "response.content_part.added"] and
+                  types[-4:] == ["response.output_text.done", "response.content_part.done",
+                                 "response.output_item.done", last] and
+                  set(types[4:-4]) == {"response.output_text.delta"},
+                  f"responses stream=True: the Responses event sequence, ending {last}", types)
+            check([e.sequence_number for e in events] == list(range(len(events))), "responses stream: sequence numbers")
+            streamed = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+            done = events[-1].response
+            check(streamed == whole.output_text == done.output_text and events[-4].text == streamed,
+                  "responses stream: the deltas add up to the answer (and equal the unstreamed one)",
+                  (streamed, whole.output_text))
+            check(done.status == whole.status and done.usage.input_tokens == whole.usage.input_tokens and
+                  done.usage.input_tokens_details.cached_tokens > 0 and events[2].item.id == done.output[0].id,
+                  "responses stream: the last event has the status, the usage and the output item", done)
+        with c.responses.stream(model=MODEL_ID, input="What is 2+2? Answer with one number.", max_output_tokens=32,
+                                temperature=0) as st:
+            final = st.get_final_response()
+        check(final.output_text != "" and final.status == "completed", "responses.stream() helper: the final response",
+              final)
 
         try:
             c.chat.completions.create(model="no-such-model", messages=q, max_tokens=4)
@@ -516,6 +546,17 @@ def section_extensions(args):
                                 extra_body={"seed": 15, "top_k": 40, "choreo": {"output_id": "judged"}})
         mirror.request(resp_in, "judged", rr.output_text, seed=15, **sampled)
         check(rr.output[0].id == "judged", "responses: the output message's id is the answer's", rr.output[0].id)
+        stream_in = [{"type": "item_reference", "id": "judged"}, {"role": "user", "content": "Explain in a line."}]
+        events = list(c.responses.create(model=MODEL_ID, input=stream_in, temperature=0.8, top_p=0.95,
+                                         max_output_tokens=16, stream=True,
+                                         extra_body={"seed": 16, "top_k": 40, "choreo": {"output_id": "explained"}}))
+        streamed = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        mirror.request(stream_in, "explained", streamed, seed=16, **sampled)
+        check(events[2].item.id == "explained" and events[-1].response.output_text == streamed and
+              events[-1].type in ("response.completed", "response.incomplete") and
+              events[-1].response.model_extra["choreo"]["reused_out_of_prefix_tokens"] > 0,
+              "responses stream with extensions: the item is the answer's id, the choreo object at the end",
+              events[-1].response)
 
         # Retention: a pin within --max-pin-mib 2 (one 32-token page is 1.4 MiB here), then one past it.
         pin = {"retention": {"pin": True, "ttl": "5m"}}
@@ -647,10 +688,99 @@ def section_tiers(args):
     mirror.check(args.choreo, args.model)
 
 
+DEBATE_YAML = """name: debate
+description: Two agents answer, then each reads the other's answer and answers again.
+inputs:
+  problem: string
+params:
+  agents: 2
+  rounds: 2
+sampling: {temperature: 0.7, top_p: 1.0, max_tokens: 12, seed: 42}
+messages:
+  start: {role: user, text: "Solve: {{ problem }}"}
+  debate: {role: user, text: "Above are the other agents' answers. Update yours."}
+steps:
+  - decode: {as: "answer[0][i]", for: "i in range(agents)", role: assistant, header: "Agent {{ i }}: ",
+             parents: [start], seed: "42 + i"}
+  - repeat: "r in range(1, rounds)"
+    steps:
+      - decode:
+          as: "answer[r][i]"
+          for: "i in range(agents)"
+          role: assistant
+          header: "Agent {{ i }}: "
+          parents: [start, "answer[r-1][j] for j in range(agents) if j != i", debate]
+          seed: "42 + 100 * r + i"
+output: "{{ answer[rounds-1][0] }}"
+"""
+
+
+def section_workflows(args):
+    """POST /choreo/v1/workflows/{name} with --workflows DIR: the streamed text is what `choreo run` prints for
+    the same workflow and inputs, and the last event is run's --json record (the same messages, texts and
+    tokens); unknown workflows and bad inputs are typed errors."""
+    import tempfile
+    wf_dir = tempfile.mkdtemp(prefix="choreo-serve-workflows-")
+    try:
+        with open(os.path.join(wf_dir, "debate.yaml"), "w") as f:
+            f.write(DEBATE_YAML)
+        shutil.copy(os.path.join(os.path.dirname(__file__), "..", "..", "workflows", "hello.yaml"), wf_dir)
+        cases = [("debate", {"problem": "What is 6 times 7?"}, {"rounds": 3}, True),
+                 ("hello", {"question": "What colour is the sky?"}, {}, False)]
+        served = []
+        with Server(args.choreo, args.model, "--workflows", wf_dir) as s:
+            st, listed = raw(s, "GET", "/choreo/v1/workflows")
+            check(st == 200 and listed["data"] == ["debate", "hello"], "GET /choreo/v1/workflows lists them", listed)
+            for name, inputs, params, stream in cases:
+                body = json.dumps({"inputs": inputs, "params": params, "stream": stream}).encode()
+                req = urllib.request.Request(s.url + f"/choreo/v1/workflows/{name}", data=body, method="POST")
+                with urllib.request.urlopen(req, timeout=120) as r:
+                    data = r.read().decode()
+                    kind = r.headers.get("Content-Type")
+                if stream:
+                    check(kind == "text/event-stream", f"{name}: streamed as server-sent events", kind)
+                    events = []
+                    for block in data.split("\n\n"):
+                        if not block:
+                            continue
+                        event = block.split("\n")[0].removeprefix("event: ")
+                        events.append((event, json.loads(block.split("\n", 1)[1].removeprefix("data: "))))
+                    check([e for e, _ in events][-1] == "result" and len(events) > 3,
+                          f"{name}: text events, then the record", [e for e, _ in events][-3:])
+                    served.append(("".join(d["text"] for e, d in events if e == "text"), events[-1][1]))
+                else:
+                    whole = json.loads(data)
+                    served.append((whole["text"], whole["record"]))
+            st, b = raw(s, "POST", "/choreo/v1/workflows/nowhere", b"{}")
+            check(st == 404 and b["error"]["code"] == "workflow_not_found", "an unknown workflow: 404", b)
+            st, b = raw(s, "POST", "/choreo/v1/workflows/debate", json.dumps({"inputs": {}}).encode())
+            check(st == 400 and "problem" in b["error"]["message"], "a missing input: 400 naming it", b)
+            st, b = raw(s, "POST", "/choreo/v1/workflows/debate",
+                        json.dumps({"inputs": {"problem": "x"}, "params": {"agentz": 3}}).encode())
+            check(st == 400 and "did you mean 'agents'" in b["error"]["message"], "an unknown param: 400", b)
+            check(healthy(s), "still serving")
+        for (name, inputs, params, _), (text, record) in zip(cases, served):
+            out_json = os.path.join(wf_dir, f"{name}.json")
+            cmd = [args.choreo, "run", os.path.join(wf_dir, f"{name}.yaml"), "-m", args.model, "--no-store",
+                   "--json", out_json]
+            cmd += [f"--input={k}={v}" for k, v in inputs.items()] + [f"--param={k}={v}" for k, v in params.items()]
+            run = subprocess.run(cmd, capture_output=True, text=True)
+            check(run.returncode == 0, f"{name}: choreo run runs", run.stderr[-2000:])
+            check(text == run.stdout, f"{name}: the served text is what choreo run prints", (text, run.stdout))
+            with open(out_json) as f:
+                ran = json.load(f)
+            keys = ("name", "kind", "agent", "parents", "text", "tokens")
+            same = lambda rec: [{k: m.get(k) for k in keys} for m in rec["messages"]]
+            check(same(record) == same(ran) and record["output"] == ran["output"] and record["workflow"] == name,
+                  f"{name}: the record has run --json's messages, texts and tokens", (same(record), same(ran)))
+    finally:
+        shutil.rmtree(wf_dir, ignore_errors=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("section", choices=["openai", "anthropic", "equality", "faults", "langgraph", "extensions",
-                                       "tiers"])
+                                       "tiers", "workflows"])
     p.add_argument("--choreo", required=True)
     p.add_argument("--model", required=True)
     args = p.parse_args()

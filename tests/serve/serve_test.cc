@@ -60,5 +60,9 @@ TEST_CASE("serve: served messages move through T1, survive kill -9 in T2, are sh
   run_section("tiers");
 }
 
+TEST_CASE("serve: a workflow run over HTTP streams what choreo run prints and ends with its --json record") {
+  run_section("workflows");
+}
+
 }  // namespace
 }  // namespace choreo
