@@ -33,9 +33,11 @@ fuzz_seed() {
 }
 
 # fuzz_run NAME CORPUS DICT MAX_LEN TIMEOUT: fuzzes target NAME for $seconds; a crash, leak or timeout
-# stops the script (the input is saved as $artifacts/NAME-crash-*).
+# stops the script (the input is saved as $artifacts/NAME-crash-*). Inputs that once failed
+# (tests/fuzz/regressions/NAME/) join the corpus, so libFuzzer runs each of them before it mutates.
 fuzz_run() {
   echo "fuzz.sh: fuzzing $1 for ${seconds}s (corpus $2)"
+  if [[ -d "$root/tests/fuzz/regressions/$1" ]]; then cp -f "$root/tests/fuzz/regressions/$1"/* "$2/"; fi
   (cd "$build" && CHOREO_SOURCE_DIR="$root" CHOREO_SHARED="$shared" "$build/$1" "$2" \
     -max_total_time="$seconds" -max_len="$4" -rss_limit_mb=2048 -timeout="$5" \
     -dict="$3" -artifact_prefix="$artifacts/$1-" -print_final_stats=1)

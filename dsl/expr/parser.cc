@@ -449,6 +449,7 @@ Expr parse_expression_in(SourcePtr source, size_t begin, size_t end, const Parse
 
 Expr parse_expression(std::string_view text, const SourceLocation& location, const ParseLimits& limits) {
   auto source = std::make_shared<SourceText>(SourceText{std::string(text), location});
+  source->index_lines_if_long();
   const size_t size = source->text.size();
   return parse_expression_in(std::move(source), 0, size, limits);
 }

@@ -32,6 +32,12 @@ struct SourceText {
 
   /// Fills `newlines` and `chars_before_block` (call before sharing the text).
   void index_lines();
+  /// index_lines() for texts longer than kIndexFrom bytes. Parsers call it: free_names() and errors locate every
+  /// name, and unindexed that is O(offset) each, quadratic in a long generated expression.
+  void index_lines_if_long() {
+    if (text.size() > kIndexFrom) index_lines();
+  }
+  static constexpr size_t kIndexFrom = 512;
   /// The number of characters in text[0, offset).
   size_t chars_before(size_t offset) const;
 

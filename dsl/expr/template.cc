@@ -45,6 +45,7 @@ bool Template::is_constant() const {
 
 Template parse_template(std::string_view text, const SourceLocation& location, const ParseLimits& limits) {
   auto source = std::make_shared<SourceText>(SourceText{std::string(text), location});
+  source->index_lines_if_long();
   Template tmpl;
   tmpl.source = source;
   std::string literal;

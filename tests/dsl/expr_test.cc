@@ -255,6 +255,38 @@ TEST_CASE("expr: free names skip comprehension variables and function names") {
   CHECK(outer[1].name == "x");
 }
 
+TEST_CASE("expr: names in a long expression are located as counted by hand, lines and characters") {
+  // Long texts are indexed (SourceText::index_lines_if_long) so locating every name stays linear; each name's
+  // line and column must still be the ones a walk over the text finds. Multi-byte strings shift byte offsets
+  // away from columns, and newlines restart the columns.
+  std::string text = "[";
+  for (int k = 0; k < 300; ++k) text += (k % 7 == 6 ? "\n" : "") + std::string("'\u00e9\u4e2d', answer, ");
+  text += "i]";
+  REQUIRE(text.size() > SourceText::kIndexFrom);
+  const choreo::SourceLocation start{"f.yaml", 4, 20};
+  const std::vector<Name> names = free_names(parse_expression(text, start));
+  REQUIRE(names.size() == 301);
+  // The expected locations, by walking the text: a name starts at a byte where "answer" or "i]" begins.
+  int line = start.line, col = start.col;
+  size_t n = 0;
+  for (size_t b = 0; b < text.size(); ++b) {
+    const std::string_view rest = std::string_view(text).substr(b);
+    if (rest.starts_with("answer") || rest == "i]") {
+      REQUIRE(n < names.size());
+      CHECK(names[n].location.line == line);
+      CHECK(names[n].location.col == col);
+      ++n;
+    }
+    if (text[b] == '\n') {
+      ++line;
+      col = 1;
+    } else if ((static_cast<unsigned char>(text[b]) & 0xC0) != 0x80) {
+      ++col;
+    }
+  }
+  CHECK(n == names.size());
+}
+
 TEST_CASE("expr: templates substitute, escape and report free names") {
   MapScope scope = default_scope();
   scope.set("i", Value::integer(2));
