@@ -41,7 +41,10 @@ if [[ ! -x "$VENV/bin/python" ]]; then
 fi
 if ! "$VENV/bin/python" -c "import llama_cpp, numpy" 2>/dev/null; then
   say "installing llama-cpp-python (builds llama.cpp from source; a few minutes)"
-  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$VENV/bin/pip" install -q "llama-cpp-python==0.3.36" numpy
+  # Without the multimodal library (mtmd, LLAVA_BUILD): the tests use text models only, llama_cpp imports mtmd
+  # only for its vision chat handlers, and skipping it saves a good part of the build.
+  CMAKE_ARGS="-DLLAVA_BUILD=OFF ${CMAKE_ARGS:-}" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+    "$VENV/bin/pip" install -q "llama-cpp-python==0.3.36" numpy
 fi
 # autograd: the independent reference for finetune's gradients (tests/reference/lora_grad_ref.py).
 if ! "$VENV/bin/python" -c "import autograd" 2>/dev/null; then
