@@ -104,11 +104,12 @@ void register_profile(CLI::App& app) {
                 "what earlier ones encoded; the baseline is always fresh per instance)");
   add_max_steps_option(*cmd, o->max_steps);
   register_profile_reuse(*cmd);
+  register_profile_quality(*cmd);
   cmd->callback([o, cmd] {
-    if (cmd->got_subcommand("reuse")) return;
+    if (cmd->got_subcommand("reuse") || cmd->got_subcommand("quality")) return;
     if (o->workflow_path.empty())
       throw InputError("choreo profile needs a workflow file",
-                       "choreo profile WF.yaml [--inputs ROWS.jsonl], or choreo profile reuse --help");
+                       "choreo profile WF.yaml [--inputs ROWS.jsonl], or choreo profile reuse|quality --help");
     run_profile(*o);
   });
 }
