@@ -52,7 +52,7 @@ TEST_CASE("choreo profile quality: a prefix chain has KL 0 in every figure of it
                            dir.path);
   CAPTURE(r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK(r.out.find("per step and workflow") != std::string::npos);
+  CHECK(r.out.find("per step, then the workflow") != std::string::npos);
   const json doc = read_json(report);
   CHECK(doc["workflow"] == "chain");
   CHECK(doc["baseline_mode"] == "prefix");
