@@ -87,7 +87,10 @@ void run_profile(const ProfileOptions& o) {
 void register_profile(CLI::App& app) {
   auto o = std::make_shared<ProfileOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "profile", "time a workflow in a chat-API baseline mode vs choreo mode with equal generated tokens");
+      "profile",
+      "time a workflow in a chat-API baseline mode vs choreo mode with equal generated tokens; "
+      "profile quality: how far choreo's next-token distributions are from the baseline's; "
+      "profile reuse: cross-model plans");
   cmd->add_option("workflow", o->workflow_path, "workflow YAML file");
   cmd->add_option("--inputs", o->inputs_path, "JSON Lines file, one instance per line (as for choreo run)");
   cmd->add_option("--limit", o->limit, "instances to run from --inputs (default 10; 0 = all)")
@@ -104,11 +107,12 @@ void register_profile(CLI::App& app) {
                 "what earlier ones encoded; the baseline is always fresh per instance)");
   add_max_steps_option(*cmd, o->max_steps);
   register_profile_reuse(*cmd);
+  register_profile_quality(*cmd);
   cmd->callback([o, cmd] {
-    if (cmd->got_subcommand("reuse")) return;
+    if (cmd->got_subcommand("reuse") || cmd->got_subcommand("quality")) return;
     if (o->workflow_path.empty())
       throw InputError("choreo profile needs a workflow file",
-                       "choreo profile WF.yaml [--inputs ROWS.jsonl], or choreo profile reuse --help");
+                       "choreo profile WF.yaml [--inputs ROWS.jsonl], or profile reuse|quality --help");
     run_profile(*o);
   });
 }

@@ -53,6 +53,8 @@ void register_encode(CLI::App& app);
 void register_profile(CLI::App& app);
 /// `choreo profile reuse` (cli/cmd_profile_reuse.cc), a subcommand of `profile`.
 void register_profile_reuse(CLI::App& profile);
+/// `choreo profile quality` (cli/cmd_profile_quality.cc), a subcommand of `profile`.
+void register_profile_quality(CLI::App& profile);
 void register_check(CLI::App& app);
 void register_eval(CLI::App& app);
 /// Adds the run form `choreo eval WORKFLOW.yaml --data FILE ...` to the eval group (cli/cmd_eval_run.cc).

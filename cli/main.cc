@@ -51,7 +51,8 @@ int parse_and_run(CLI::App& app, int argc, char** argv) {
 int main(int argc, char** argv) {
   CLI::App app{
       "choreo — LLM inference on a global KV cache of messages (Prompt Choreography), on the CPU (--backend).\n"
-      "Workflows: run, check, profile, eval; Prompt Cache: encode, cache. See README.md and docs/."};
+      "Workflows: run, check, profile (quality, reuse), eval; Prompt Cache: encode, cache. See README.md and "
+      "docs/."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "choreo 0.1.0");
   // Options of every command (docs/limits.md); they may be given after the subcommand too.

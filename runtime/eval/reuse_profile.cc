@@ -55,28 +55,6 @@ std::vector<ReuseItem> reuse_items(const Dataset& data, const model::Model& mode
   return items;
 }
 
-double mean_kl(const std::vector<std::vector<float>>& p_logits, const std::vector<std::vector<float>>& q_logits) {
-  const size_t n = std::min(p_logits.size(), q_logits.size());
-  if (n == 0) return 0;
-  const auto log_softmax = [](const std::vector<float>& logits) {
-    const double top = *std::max_element(logits.begin(), logits.end());
-    double sum = 0;
-    for (float x : logits) sum += std::exp(double(x) - top);
-    const double log_sum = top + std::log(sum);
-    std::vector<double> out(logits.size());
-    for (size_t i = 0; i < logits.size(); ++i) out[i] = double(logits[i]) - log_sum;
-    return out;
-  };
-  double total = 0;
-  for (size_t t = 0; t < n; ++t) {
-    const std::vector<double> lp = log_softmax(p_logits[t]), lq = log_softmax(q_logits[t]);
-    double kl = 0;
-    for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
-    total += std::max(0.0, kl);
-  }
-  return total / double(n);
-}
-
 ReuseRunner::ReuseRunner(runtime::ModelSet models, int sender, int receiver, runtime::EngineOptions engine,
                          std::optional<Metric> metric, int max_tokens)
     : models_(std::move(models)), sender_(sender), receiver_(receiver), options_(std::move(engine)),

@@ -12,6 +12,7 @@
 
 #include "runtime/engine/engine.h"
 #include "runtime/eval/dataset.h"
+#include "runtime/eval/divergence.h"
 #include "runtime/eval/metric.h"
 #include "runtime/engine/open_engine.h"
 
@@ -70,9 +71,6 @@ class ReuseRunner {
   runtime::DecodeResult reference_;
   PlanRun reference_run_;
 };
-
-/// Mean KL(p || q) over rows of logits (softmax in double), the rows paired in order up to the shorter list.
-double mean_kl(const std::vector<std::vector<float>>& p_logits, const std::vector<std::vector<float>>& q_logits);
 
 /// The single-range plans of a sweep: [s, e) for s on multiples of `step` below n_layers and e on multiples of
 /// `step` above s (and n_layers), with e - s <= max_span (0: any), [0, n_layers) excluded (it is recompute).

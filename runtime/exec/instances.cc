@@ -58,6 +58,17 @@ std::vector<InputRow> read_input_rows(const std::string& path, const dsl::Workfl
   return rows;
 }
 
+std::vector<InputRow> instance_rows(const dsl::Workflow& workflow, const std::string& path, const RunArguments& base,
+                                    const std::map<std::string, std::string>& fields, int limit) {
+  std::vector<InputRow> rows;
+  if (path.empty())
+    rows.push_back({0, base});
+  else
+    rows = read_input_rows(path, workflow, base, fields);
+  if (limit > 0 && int(rows.size()) > limit) rows.resize(size_t(limit));
+  return rows;
+}
+
 std::vector<InstanceOutcome> run_instances(const dsl::Workflow& workflow, runtime::Engine& engine,
                                            const std::vector<RunArguments>& arguments,
                                            const InstancesOptions& options) {

@@ -30,6 +30,11 @@ std::vector<InputRow> read_input_rows(const std::string& path, const dsl::Workfl
                                       const RunArguments& base,
                                       const std::map<std::string, std::string>& fields = {});
 
+/// The instances of a profile: the first `limit` rows (0: all) of the inputs file `path` as read_input_rows
+/// reads them, or, when `path` is empty, one instance of `base`.
+std::vector<InputRow> instance_rows(const dsl::Workflow& workflow, const std::string& path, const RunArguments& base,
+                                    const std::map<std::string, std::string>& fields, int limit);
+
 /// What one instance produced: its result, or the error that stopped it.
 struct InstanceOutcome {
   RunResult result;  ///< with an error: what the instance did before it failed

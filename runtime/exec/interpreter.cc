@@ -558,14 +558,14 @@ class Interpreter : public dsl::plan::Executor {
       MessageRecord r = record_of(b, "decode", d.id, d.stats, start_ms);
       r.text = d.text;
       r.stop_reason = d.stop_reason;
-      r.logits = d.logits;
+      r.logits = std::move(results[i].logits);  // moved, not copied: a vocabulary of floats per token
       r.n_generated = int(d.generated.size());
       r.tokens = b.tokens;
       r.tokens.insert(r.tokens.end(), d.generated.begin(), d.generated.end());
-      result_.messages.push_back(r);
       info_[d.id] = {b.name, b.role, closing_after(b, d)};
       messages.push_back(Value::message({d.id, d.text}));
       if (hooks_.on_decoded) hooks_.on_decoded(r);
+      result_.messages.push_back(std::move(r));
     }
     return messages;
   }

@@ -70,17 +70,6 @@ void write_json(const std::string& path, const nlohmann::ordered_json& doc) {
   write_file_atomically(path, doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
-/// The instances of a profile: the rows of the inputs file (at most `limit`), or one of the shared arguments.
-std::vector<InputRow> profile_rows(const dsl::Workflow& workflow, const WorkflowProfileOptions& o) {
-  std::vector<InputRow> rows;
-  if (o.inputs_path.empty())
-    rows.push_back({0, o.arguments});
-  else
-    rows = read_input_rows(o.inputs_path, workflow, o.arguments, o.input_fields);
-  if (o.limit > 0 && int(rows.size()) > o.limit) rows.resize(size_t(o.limit));
-  return rows;
-}
-
 /// Adds an instance's decode steps to the per-step sums: the k-th step labelled L of the baseline run is
 /// matched with the k-th step labelled L of the choreo run (and summed as `L #k` when k > 1).
 void add_steps(std::vector<StepSummary>& steps, const RunTiming& b, const RunTiming& c) {
@@ -143,32 +132,42 @@ void sum_up(WorkflowProfile& p) {
 
 }  // namespace
 
+std::vector<DecodeBatch> decode_batches(const RunResult& result) {
+  std::map<double, std::vector<size_t>> batches;
+  for (size_t i = 0; i < result.messages.size(); ++i)
+    if (result.messages[i].kind == "decode") batches[result.messages[i].start_ms].push_back(i);
+  std::vector<DecodeBatch> out;
+  for (auto& [start, members] : batches) {
+    std::vector<const MessageRecord*> records;
+    for (size_t i : members) records.push_back(&result.messages[i]);
+    out.push_back({batch_label(records), std::move(members)});
+  }
+  return out;
+}
+
 RunTiming timing_of(const RunResult& result) {
   RunTiming t;
   if (result.messages.empty()) return t;
   double first = result.messages.front().start_ms, last = first;
-  // Decodes submitted together (one batch) share a start time; group them in order of submission.
-  std::map<double, std::vector<const MessageRecord*>> batches;
   for (const MessageRecord& m : result.messages) {
     first = std::min(first, m.start_ms);
     last = std::max(last, m.start_ms + m.total_ms);
     t.n_computed += m.n_computed;
     t.n_reused += m.n_reused;
-    if (m.kind != "decode") continue;
-    t.n_generated += m.n_generated;
-    batches[m.start_ms].push_back(&m);
+    if (m.kind == "decode") t.n_generated += m.n_generated;
   }
   t.e2e_ms = last - first;
-  for (const auto& [start, members] : batches) {
+  for (const DecodeBatch& batch : decode_batches(result)) {
     StepTiming s;
-    s.label = batch_label(members);
-    s.size = int(members.size());
-    for (const MessageRecord* m : members) {
-      s.ttft_ms = std::max(s.ttft_ms, m->ttft_ms);
-      s.total_ms = std::max(s.total_ms, m->total_ms);
-      s.n_computed += m->n_computed;
-      s.n_reused += m->n_reused;
-      s.n_generated += m->n_generated;
+    s.label = batch.label;
+    s.size = int(batch.messages.size());
+    for (size_t i : batch.messages) {
+      const MessageRecord& m = result.messages[i];
+      s.ttft_ms = std::max(s.ttft_ms, m.ttft_ms);
+      s.total_ms = std::max(s.total_ms, m.total_ms);
+      s.n_computed += m.n_computed;
+      s.n_reused += m.n_reused;
+      s.n_generated += m.n_generated;
     }
     t.ttft_ms += s.ttft_ms;
     t.steps.push_back(s);
@@ -201,7 +200,7 @@ ProfiledInstance profile_instance(const dsl::Workflow& workflow, runtime::Engine
 WorkflowProfile profile_workflow(const dsl::Workflow& workflow, const WorkflowProfileOptions& o) {
   if (o.baseline_mode == runtime::Mode::Choreo)
     throw InputError("--baseline must be prefix or naive", "the choreo run is the one being measured");
-  const std::vector<InputRow> rows = profile_rows(workflow, o);
+  const std::vector<InputRow> rows = instance_rows(workflow, o.inputs_path, o.arguments, o.input_fields, o.limit);
   if (!o.json_path.empty()) check_writable(o.json_path, "--json");
   runtime::ModelOptions model_options = o.models;
   model_options.add_models = workflow_models_adder(workflow);

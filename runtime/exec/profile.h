@@ -37,6 +37,16 @@ struct RunTiming {
   std::vector<StepTiming> steps;  ///< decode steps in execution order
 };
 
+/// One decode batch of a finished run: its step label and its messages (indices into RunResult::messages).
+struct DecodeBatch {
+  std::string label;
+  std::vector<size_t> messages;
+};
+
+/// The decode batches of a finished run in order of submission (decodes submitted together share a start
+/// time).
+std::vector<DecodeBatch> decode_batches(const RunResult& result);
+
 /// The decode steps and totals of a finished run.
 RunTiming timing_of(const RunResult& result);
 
