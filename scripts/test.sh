@@ -47,7 +47,9 @@ echo "$(wc -l <<<"$doctest_names") cases, the same in both"
 # One process runs every doctest case (ctest --test-dir build -j2 runs each case in its own process and
 # names a failure by its case, but loading the models once per case makes it about 3x slower on 2 cores).
 printf '\033[1m==> unit, conformance and differential tests\033[0m\n'
-CHOREO_SOURCE_DIR="$ROOT" timeout 1800 "$ROOT/build/choreo_tests"
+# The CPU it used against its wall time says how much a second process could gain on 2 cores.
+TIMEFORMAT='doctest binary: %R s wall, %U s user, %S s system'
+time CHOREO_SOURCE_DIR="$ROOT" timeout 1800 "$ROOT/build/choreo_tests"
 step_done "unit, conformance and differential tests"
 
 # The GPU bundle (issue 41, docs/cuda.md): built from this build (about 6 s: strip, ldd, gzip) and run in a bare
