@@ -22,6 +22,10 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" >/dev/null
 artifacts="$build/artifacts"
 mkdir -p "$artifacts"
+# Every target first, so that one that no longer compiles fails the step before any fuzzing time is spent.
+targets=()
+for src in "$root"/tests/fuzz/*_fuzz.cc; do targets+=("$(basename "$src" .cc)"); done
+ninja -C "$build" -j2 "${targets[@]}"
 
 # fuzz_seed NAME CORPUS: builds target NAME and lets its start-up write seeds into CORPUS (CHOREO_FUZZ_SEED_DIR),
 # then replays them; a failure prints the log and stops the script.

@@ -45,7 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (kind != ApiKind::Completions && r.messages.empty()) __builtin_trap();
       choreo::serve::GenerationResult result;
       result.choices.resize(size_t(r.n));
-      const choreo::serve::Answer answer{"resp_0000", "m", 0, r.previous_response_id};
+      choreo::serve::Answer answer{"resp_0000", "m", 0, r.previous_response_id};  // stream_start numbers its events in it
       if (nlohmann::json::parse(choreo::serve::answer_body(r, answer, result), nullptr, false).is_discarded())
         __builtin_trap();
       for (const std::string& e : choreo::serve::stream_start(r, answer, result.usage)) (void)e;
