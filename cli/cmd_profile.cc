@@ -92,12 +92,7 @@ void register_profile(CLI::App& app) {
       "profile quality: how far choreo's next-token distributions are from the baseline's; "
       "profile reuse: cross-model plans");
   cmd->add_option("workflow", o->workflow_path, "workflow YAML file");
-  cmd->add_option("--inputs", o->inputs_path, "JSON Lines file, one instance per line (as for choreo run)");
-  cmd->add_option("--limit", o->limit, "instances to run from --inputs (default 10; 0 = all)")
-      ->check(at_least(0));
-  add_pairs_option(*cmd, "--input", o->inputs, "an input value for every instance, KEY=VALUE (repeatable)");
-  add_pairs_option(*cmd, "--map", o->maps, "with --inputs: read input INPUT from row key FIELD, INPUT=FIELD (repeatable)");
-  add_pairs_option(*cmd, "--param", o->params, "override a param, KEY=VALUE (repeatable)");
+  add_instance_options(*cmd, o->inputs_path, o->limit, o->inputs, o->maps, o->params);
   cmd->add_option("--baseline", o->baseline, "baseline mode: prefix (default) or naive")
       ->check(CLI::IsMember({"prefix", "naive"}));
   cmd->add_option("--json", o->json_path, "write the raw per-instance numbers as JSON here");

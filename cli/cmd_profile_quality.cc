@@ -93,14 +93,7 @@ void register_profile_quality(CLI::App& profile) {
       "quality",
       "how far choreo mode is from the exact baseline: KL, rank, agreement per call, step and workflow");
   cmd->add_option("workflow", f->workflow_path, "workflow YAML file")->required();
-  cmd->add_option("--inputs", f->options.inputs_path,
-                  "JSON Lines file, one instance per line (as for choreo run)");
-  cmd->add_option("--limit", f->options.limit, "instances to run from --inputs (default 10; 0 = all)")
-      ->check(at_least(0));
-  add_pairs_option(*cmd, "--input", f->inputs, "an input value for every instance, KEY=VALUE (repeatable)");
-  add_pairs_option(*cmd, "--map", f->maps,
-                   "with --inputs: read input INPUT from row key FIELD, INPUT=FIELD (repeatable)");
-  add_pairs_option(*cmd, "--param", f->params, "override a param, KEY=VALUE (repeatable)");
+  add_instance_options(*cmd, f->options.inputs_path, f->options.limit, f->inputs, f->maps, f->params);
   cmd->add_option("--json", f->options.json_path, "write the per-call report as JSON here");
   f->engine.add(*cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv | EngineFlags::kCache);
   add_max_steps_option(*cmd, f->max_steps);

@@ -61,6 +61,15 @@ CLI::Validator at_least(long min) {
       fmt::format("INT>={}", min));
 }
 
+void add_instance_options(CLI::App& cmd, std::string& inputs_path, int& limit, std::vector<std::string>& inputs,
+                          std::vector<std::string>& maps, std::vector<std::string>& params) {
+  cmd.add_option("--inputs", inputs_path, "JSON Lines file, one instance per line (as for choreo run)");
+  cmd.add_option("--limit", limit, "instances to run from --inputs (default 10; 0 = all)")->check(at_least(0));
+  add_pairs_option(cmd, "--input", inputs, "an input value for every instance, KEY=VALUE (repeatable)");
+  add_pairs_option(cmd, "--map", maps, "with --inputs: read input INPUT from row key FIELD, INPUT=FIELD (repeatable)");
+  add_pairs_option(cmd, "--param", params, "override a param, KEY=VALUE (repeatable)");
+}
+
 void add_max_steps_option(CLI::App& cmd, int64_t& max_steps) {
   cmd.add_option("--max-steps", max_steps,
                  fmt::format("work bound of the workflow: loop iterations and calls it may take (default {})",

@@ -41,6 +41,11 @@ CLI::Validator at_least(long min);
 /// Adds `--max-steps` (the work bound of a workflow run or check: loop iterations and calls, dsl/budget.h).
 void add_max_steps_option(CLI::App& cmd, int64_t& max_steps);
 
+/// The instance flags of the profilers: `--inputs ROWS.jsonl`, `--limit N`, and the repeatable `--input`,
+/// `--map` and `--param` pairs (parse them with key_values()).
+void add_instance_options(CLI::App& cmd, std::string& inputs_path, int& limit, std::vector<std::string>& inputs,
+                          std::vector<std::string>& maps, std::vector<std::string>& params);
+
 /// Subcommand registration, one per file.
 void register_generate(CLI::App& app);
 void register_finetune(CLI::App& app);
