@@ -78,7 +78,8 @@ void register_exec(CLI::App& app) {
                   "engine path: choreo (default; reuse cached parents), prefix or naive (chat-API baselines)")
       ->check(CLI::IsMember({"choreo", "prefix", "naive"}));
   o->engine.add(*cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv | EngineFlags::kCache |
-                         EngineFlags::kTiers | EngineFlags::kRedis | EngineFlags::kStore);
+                          EngineFlags::kTiers | EngineFlags::kRedis | EngineFlags::kStore |
+                          EngineFlags::kRepair);
   add_named_model_flags(*cmd, o->lora_modules, o->model_files, "\"model\":");
   cmd->add_option("--reuse-plan", o->reuse_plans,
                   "plan.json from `choreo profile reuse`: the models with its receiver's weights and adapters "

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <utility>
 
 #include "cli/common.h"
 #include "cli/engine_flags.h"
@@ -81,6 +82,8 @@ void run_quality(QualityFlags& f) {
   if (!o.inputs_path.empty()) o.input_fields = key_values(f.maps, "--map");
   o.models = f.engine.model_options();
   o.engine = f.engine.engine_options(runtime::Mode::Choreo, StorePolicy::None);
+  // --repair POLICY: two compared runs, without repair and with POLICY, whatever the workflow's `repair:`.
+  if (o.engine.repair) o.variants = eval::repair_variants(*std::exchange(o.engine.repair, std::nullopt));
   o.on_instance = print_progress;
   print_quality(eval::profile_quality(workflow, o));
 }
@@ -95,7 +98,8 @@ void register_profile_quality(CLI::App& profile) {
   cmd->add_option("workflow", f->workflow_path, "workflow YAML file")->required();
   add_instance_options(*cmd, f->options.inputs_path, f->options.limit, f->inputs, f->maps, f->params);
   cmd->add_option("--json", f->options.json_path, "write the per-call report as JSON here");
-  f->engine.add(*cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv | EngineFlags::kCache);
+  f->engine.add(*cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv | EngineFlags::kCache |
+                          EngineFlags::kRepair);
   add_max_steps_option(*cmd, f->max_steps);
   cmd->callback([f] { run_quality(*f); });
 }

@@ -272,7 +272,8 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--no-leak", o->no_leak,
                 "re-encode parents whose encoding carries another agent's private messages (see choreo check)");
   o->engine.add(*cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv | EngineFlags::kCache |
-                         EngineFlags::kTiers | EngineFlags::kRedis | EngineFlags::kStore);
+                          EngineFlags::kTiers | EngineFlags::kRedis | EngineFlags::kStore |
+                          EngineFlags::kRepair);
   add_max_steps_option(*cmd, o->max_steps);
   cmd->callback([o] {
     o->engine.resolve();

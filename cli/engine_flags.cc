@@ -7,12 +7,22 @@
 
 #include "cli/common.h"
 #include "common/error.h"
+#include "common/repair_policy.h"
 #include "runtime/kv/tier_config.h"
 #include "runtime/store/cache_dir.h"
 
 namespace choreo::cli {
 
 namespace {
+
+std::string check_repair(const std::string& text) {
+  try {
+    parse_repair_policy(text);
+    return {};
+  } catch (const InputError& e) {
+    return e.message() + "; " + e.hint();
+  }
+}
 
 std::string check_kv_type(const std::string& name) {
   try {
@@ -62,6 +72,14 @@ void EngineFlags::add(CLI::App& cmd, unsigned parts) {
                "when the Redis server cannot be used at start-up, warn and run without it");
   }
   if (parts & kStore) add_store_flags(g);
+  if (parts & kRepair)
+    g.add_option(
+         "--repair", repair,
+         "repair the KV of cached parents each call reads out of its exact prefix position, for every "
+         "call (over the workflow's `repair:`): none, first:K (recompute each such parent's first K "
+         "tokens in the call's context; EPIC) or select:R (the fraction R of their tokens whose KV "
+         "deviates most; CacheBlend); docs/profile.md")
+        ->check(check_repair);
 }
 
 void EngineFlags::add_model_flags(CLI::Option_group& g) {
@@ -171,6 +189,7 @@ runtime::EngineOptions EngineFlags::engine_options(runtime::Mode mode, StorePoli
   o.v_type = kernels::parse_kv_type(type_v);
   o.t0_bytes = t0_bytes();
   o.tiers = tiers();
+  if (!repair.empty()) o.repair = parse_repair_policy(repair);
   runtime::StoreOptions& s = o.stores;
   s.key_file = store_key_file;
   if (!redis.empty()) {

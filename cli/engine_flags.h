@@ -35,6 +35,7 @@ struct EngineFlags {
     kTiers = 1 << 4,   // --host-cache-mib, --disk-cache-mib, --evict, --prefetch-steps, --write-through
     kRedis = 1 << 5,   // --redis, --redis-best-effort (T3)
     kStore = 1 << 6,   // --cache-dir, --no-store, --store-key-file (T2)
+    kRepair = 1 << 7,  // --repair
   };
 
   std::string model_path;
@@ -54,6 +55,7 @@ struct EngineFlags {
   std::string cache_dir;
   bool no_store = false;
   std::string store_key_file;
+  std::string repair;  // "" when not given
 
   /// Declares the parts' flags on `cmd` in the "Engine" group.
   void add(CLI::App& cmd, unsigned parts);

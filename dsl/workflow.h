@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/repair_policy.h"
 
 namespace choreo::dsl {
 
@@ -45,6 +46,12 @@ struct Sampling {
   std::optional<IntSetting> max_tokens;
   std::optional<IntSetting> seed;
   std::optional<std::vector<Text>> stop;  ///< templates
+  SourceLocation where;
+};
+
+/// A repair policy as written (`repair: first:16`; common/repair_policy.h), checked when the file is read.
+struct RepairDecl {
+  RepairPolicy policy;
   SourceLocation where;
 };
 
@@ -188,6 +195,7 @@ struct Call {
   std::optional<Text> private_to;  ///< agent name or template
   std::optional<Text> model;       ///< the model it runs on: a name under `models:` (overrides the agent's)
   Sampling sampling;               ///< decode: overrides
+  std::optional<RepairDecl> repair;  ///< `repair:` for its cached parents (over the workflow's)
   std::optional<Loop> for_each;
   std::optional<Text> when;  ///< an expression; the call is skipped when false
   Retention retention;
@@ -240,6 +248,7 @@ struct Workflow {
   std::optional<Text> model;
   std::vector<ModelDecl> models;  ///< `models:`, in file order
   Sampling sampling;
+  std::optional<RepairDecl> repair;  ///< `repair:`: the calls' repair policy, unless a call gives its own
   std::vector<Agent> agents;
   std::vector<Message> messages;
   std::vector<Step> steps;

@@ -62,8 +62,8 @@ class Parser : private YamlReader {
                         "start with `name: my_workflow` and `steps:`");
     }
     Entries top = read_map(root, "workflow",
-                           {"name", "description", "inputs", "params", "model", "models", "sampling", "agents",
-                            "messages", "steps", "output"},
+                           {"name", "description", "inputs", "params", "model", "models", "sampling",
+                            "repair", "agents", "messages", "steps", "output"},
                            "top level");
     w.name = read_name(require(top, "name", "workflow"));
     if (auto* e = top.find("description")) w.description = read_text(*e);
@@ -72,6 +72,7 @@ class Parser : private YamlReader {
     if (auto* e = top.find("model")) w.model = read_nonempty_text(*e);
     if (auto* e = top.find("models")) w.models = read_models(*e);
     if (auto* e = top.find("sampling")) w.sampling = read_sampling_map(*e);
+    if (auto* e = top.find("repair")) w.repair = read_repair(*e);
     if (auto* e = top.find("agents")) w.agents = read_agents(*e);
     if (auto* e = top.find("messages")) w.messages = read_messages(*e);
     const Entry& steps = require(top, "steps", "workflow");
@@ -92,6 +93,16 @@ class Parser : private YamlReader {
     std::string hint = did_you_mean(t.value, roles);
     throw file_.error(t.where, fmt::format("unknown role `{}`", t.value),
                       hint.empty() ? "roles are system, user and assistant" : hint);
+  }
+
+  /// `repair: none | first:K | select:R`, a literal (the engine needs it before the call runs).
+  RepairDecl read_repair(const Entry& e) {
+    const Text t = read_nonempty_text(e);
+    try {
+      return {parse_repair_policy(t.value), t.where};
+    } catch (const InputError& error) {
+      throw file_.error(t.where, error.message(), error.hint());
+    }
   }
 
   // ---- sections -----------------------------------------------------------------------------------
@@ -609,8 +620,8 @@ class Parser : private YamlReader {
     Call c;
     c.kind = e.key.value == "decode" ? CallKind::Decode : CallKind::Prefill;
     c.where = e.key.where;
-    Keys keys = {"as", "role", "parents", "new_offset", "agent", "private", "for", "when",
-                 "pin", "priority", "ttl", "release", "model"};
+    Keys keys = {"as",   "role", "parents",  "new_offset", "agent",   "private", "for",
+                 "when", "pin",  "priority", "ttl",        "release", "model",   "repair"};
     if (c.kind == CallKind::Prefill) {
       keys.insert(keys.end(), {"text", "message"});
     } else {
@@ -626,6 +637,7 @@ class Parser : private YamlReader {
     if (auto* x = map.find("for")) c.for_each = read_loop(*x);
     if (auto* x = map.find("when")) c.when = read_expression(*x);
     if (auto* x = map.find("model")) c.model = read_name(*x);
+    if (auto* x = map.find("repair")) c.repair = read_repair(*x);
     c.retention = read_retention(map);
     if (c.kind == CallKind::Prefill) {
       if (auto* x = map.find("text")) c.text = read_text(*x);

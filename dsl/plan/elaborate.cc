@@ -532,6 +532,10 @@ class Elaborator {
     }
     for (const Parent& parent : call.parents) add_parents(n, parent, scope);
     n.retention = call.retention;
+    if (call.repair)
+      n.repair = call.repair->policy;
+    else if (w_.repair)
+      n.repair = w_.repair->policy;
     if (call.new_offset) {
       n.new_offset = integer(*call.new_offset, scope, "new_offset", 0, kMaxPosition);
       n.new_offset_dynamic = !n.new_offset;

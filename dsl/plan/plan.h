@@ -55,6 +55,7 @@ struct Node {
   bool pml = false;                   ///< a PML message: at run time, the list of its pieces (docs/pml.md)
   std::optional<Text> model;          ///< calls: the `model:` it runs on (its own, else its agent's); none: default
   Retention retention;                ///< `pin`, `priority`, `ttl`, `release` (the KV tiers read them)
+  std::optional<RepairPolicy> repair;  ///< calls: `repair:` (its own, else the workflow's); none: unset
   std::vector<Iteration> iterations;  ///< the enclosing `repeat` iterations, outermost first
   size_t batch = 0;                   ///< index into Plan::batches (= the step at which it runs)
   SourceLocation where;               ///< the call's key (`decode:`) or the message's name

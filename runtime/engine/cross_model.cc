@@ -88,12 +88,15 @@ kv::MessageId Engine::encoding_on(int model, kv::MessageId id, CallStats& stats)
       const uint64_t words[2] = {plan.fingerprint(), models_[size_t(src.model)].fingerprint};
       variant = XXH3_64bits(words, sizeof words);
     }
-    const uint64_t key = store_.content_key(src.tokens, src.start_pos, parents, model, variant);
+    // A message encoded over repaired parents is encoded again with the same repair policy (repair.cc).
+    const uint64_t repair_tag = variant == 0 ? src.repair : 0;
+    const uint64_t key = store_.content_key(src.tokens, src.start_pos, parents, model, variant, repair_tag);
     kv::MessageId out = kv::kNoMessage;
     if (kv::Message* found = store_.find(key)) {
       out = found->id;
-    } else if (std::optional<kv::MessageId> loaded =
-                   variant == 0 && tiers_.has_stores() ? tiers_.load(key, model) : std::nullopt) {
+    } else if (std::optional<kv::MessageId> loaded = variant == 0 && repair_tag == 0 && tiers_.has_stores()
+                                                         ? tiers_.load(key, model)
+                                                         : std::nullopt) {
       out = *loaded;
       stats.n_loaded += int(src.tokens.size());
       stats.n_loaded_from[size_t(tiers_.store_tier(store_.record(out)))] += int(src.tokens.size());
@@ -103,6 +106,7 @@ kv::MessageId Engine::encoding_on(int model, kv::MessageId id, CallStats& stats)
       m.model = model;
       m.source = a;
       m.variant = variant;
+      m.repair = repair_tag;
       m.tokens = src.tokens;
       m.start_pos = src.start_pos;
       m.parents = std::move(parents);
@@ -121,6 +125,7 @@ kv::MessageId Engine::encoding_on(int model, kv::MessageId id, CallStats& stats)
           encode_partial(m, store_.record(a), plan, views, stats);
         } else {
           Work w{&m, std::move(views), false, {}};
+          if (repair_tag != 0) apply_repair(w, RepairPolicy::from_tag(repair_tag), nullptr, nullptr);
           Work* wp = &w;
           encode(std::span<Work*>(&wp, 1));
         }

@@ -112,21 +112,26 @@ std::vector<kernels::KvSegment> Engine::segments_for(Work& w, int bos_model) {
     const kv::Message& b = store_.get(bos);
     segs.push_back({b.pages.pages(), 1, 0, -1});
   }
-  for (const PlacedView& v : w.views) {
-    const kv::Message& m = store_.record(v.message);  // a released parent, while a child is recomputed
+  for (size_t i = 0; i < w.views.size(); ++i) {
+    const PlacedView& v = w.views[i];
+    // The call's own repaired copy of the parent (repair.cc), else the parent's pages; a released parent is
+    // read by its record, while a child is recomputed.
+    const std::vector<kernels::PageId>& pages = i < w.repaired.size() && w.repaired[i]
+                                                    ? w.repaired[i]->pages()
+                                                    : store_.record(v.message).pages.pages();
     const model::Model& weights = *models_[size_t(w.msg->model)].weights;
     if (v.delta != 0 && repositioning_ == Repositioning::KeyRerotation) {
       // Reference path: a copy of the parent whose keys the backend re-rotates by +delta, attended with delta 0.
       auto copy = std::make_unique<kv::PageList>(store_.pool());
       copy->reserve(v.n_tokens);
-      const std::span<const kernels::PageId> parent_pages(m.pages.pages().data(), copy->pages().size());
+      const std::span<const kernels::PageId> parent_pages(pages.data(), copy->pages().size());
       store_.pool().backend().rerotate_keys(store_.pool().layout(), parent_pages, copy->pages(), v.n_tokens,
                                             v.delta, weights.rope_params());
       segs.push_back({copy->pages(), v.n_tokens, 0, -1});
       rerotated_.push_back(std::move(copy));
       continue;
     }
-    segs.push_back({m.pages.pages(), v.n_tokens, v.delta, -1});
+    segs.push_back({pages, v.n_tokens, v.delta, -1});
   }
   return segs;
 }
@@ -287,6 +292,7 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
   std::vector<size_t> work_of(requests.size(), SIZE_MAX);
   std::unordered_map<uint64_t, size_t> first_with_key;
   std::vector<size_t> work_request;  // the request each work was made for
+  std::vector<RepairPolicy> work_policy;  // and the repair policy it runs with
   const bool encode_now = call_mode_->encodes_prefills();
   for (size_t i = 0; i < requests.size(); ++i) {
     const PrefillRequest& r = requests[i];
@@ -306,7 +312,15 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
     std::vector<kv::PlacedParent> placed;
     for (const PlacedView& v : pl.parents) placed.push_back({v.message, v.offset});
     for (const PlacedView& v : pl.parents) results[i].stats.n_reused += v.n_tokens;
-    uint64_t key = store_.content_key(r.tokens, pl.new_start, placed, r.model);
+    // Over parents its repair policy repairs (repair.cc), the encoding is another one, with a key of its own.
+    const RepairPolicy policy = repair_policy(r.repair);
+    const std::vector<bool> inexact =
+        policy.none() ? std::vector<bool>() : inexact_views(pl.parents, r.model);
+    bool repaired = false;
+    for (size_t v = 0; v < inexact.size(); ++v)
+      repaired = repaired || (inexact[v] && pl.parents[v].n_tokens > 0);
+    const uint64_t repair_tag = repaired ? policy.tag() : 0;
+    uint64_t key = store_.content_key(r.tokens, pl.new_start, placed, r.model, 0, repair_tag);
     // An encoding that already exists (or is computed once for an earlier twin in this batch, or loaded
     // from disk below) is reused whole: its tokens count as reused, so n_computed + n_reused is always the
     // request's own tokens plus its parents' visible tokens, however the encoding was obtained.
@@ -322,7 +336,8 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
       results[i].stats.n_reused += int(r.tokens.size());
       continue;
     }
-    if (std::optional<kv::MessageId> loaded = tiers_.has_stores() ? tiers_.load(key, r.model) : std::nullopt) {
+    if (std::optional<kv::MessageId> loaded =
+            tiers_.has_stores() && repair_tag == 0 ? tiers_.load(key, r.model) : std::nullopt) {
       results[i].id = *loaded;
       results[i].loaded = true;
       results[i].stats.n_reused += int(r.tokens.size());
@@ -332,6 +347,7 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
     kv::Message& m = new_message(store_, pl, r.agent, r.visibility, r.tokens, r.model);
     m.e_layers = e_layers_for(r.model, r.read_by);
     works.push_back({&m, pl.parents, false, {}});
+    work_policy.push_back(policy);
     work_request.push_back(i);
     work_of[i] = works.size() - 1;
     first_with_key.emplace(key, works.size() - 1);
@@ -341,6 +357,9 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
   for (size_t k = 0; k < works.size(); ++k)
     for (const PlacedView& v : works[k].views) tiers_.hold(v.message, held, &results[work_request[k]].stats);
   tiers_.prefetch_due();  // with this batch's parents held: the loads overlap its compute
+  for (size_t k = 0; k < works.size(); ++k)
+    apply_repair(works[k], work_policy[k], &results[work_request[k]].stats,
+                 &results[work_request[k]].repaired);
   // The calls are independent and the kernels batch invariant, so a batch whose new pages would not fit in
   // half of T0 is encoded in parts that do; each part's messages can leave T0 while the next is encoded.
   const size_t part_pages = std::max<size_t>(1, store_.pool().budget_bytes() / store_.pool().page_bytes() / 2);
@@ -360,7 +379,8 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
     }
   }
   if (tiers_.persists_prefills())
-    for (Work& w : works) tiers_.persist(w.msg->id, 0);
+    for (Work& w : works)
+      if (w.msg->repair == 0) tiers_.persist(w.msg->id, 0);  // a store entry cannot say how it was repaired
   const double t1 = steady_ms();
   for (size_t i = 0; i < requests.size(); ++i) {
     if (work_of[i] != SIZE_MAX) results[i].id = works[work_of[i]].msg->id;
@@ -426,6 +446,8 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
   for (size_t i = 0; i < n; ++i)
     for (const PlacedView& v : works[i].views) tiers_.hold(v.message, held, &results[i].stats);
   tiers_.prefetch_due();  // with this batch's parents held: the loads overlap its generation
+  for (size_t i = 0; i < n; ++i)
+    apply_repair(works[i], repair_policy(requests[i].repair), &results[i].stats, &results[i].repaired);
 
   generate(requests, works, results, t0);
 
@@ -460,7 +482,7 @@ void Engine::generate(std::span<const DecodeRequest> requests, std::vector<Work>
   // step.
   std::vector<Work*> ptrs;
   for (Work& w : works) ptrs.push_back(&w);
-  for (size_t i = 0; i < n; ++i) results[i].stats.n_computed = int(works[i].msg->tokens.size());
+  for (size_t i = 0; i < n; ++i) results[i].stats.n_computed += int(works[i].msg->tokens.size());
   encode(ptrs);
   std::vector<model::Sampler> samplers;
   std::vector<StopScanner> stops;
@@ -596,6 +618,8 @@ void Engine::recompute(kv::Message& m, CallStats* stats) {
       CallStats scratch;
       encode_partial(m, src, models_.plan(src.model, m.model), w.views, stats ? *stats : scratch);
     } else {
+      // Over parents repaired when it was made: repaired again the same way (repair.cc), the same bits.
+      if (m.repair != 0) apply_repair(w, RepairPolicy::from_tag(m.repair), nullptr, nullptr);
       encode(std::span<Work*>(&wp, 1));
     }
   } catch (...) {

@@ -104,6 +104,12 @@ class Engine {
     return first;
   }
   void set_repositioning(Repositioning r) { repositioning_ = r; }
+  /// A repair policy for every call (choreo mode; docs/profile.md, "Repairing reused KV"), overriding the
+  /// calls' own (PrefillRequest::repair, DecodeRequest::repair); nullopt: each call's own, none when unset.
+  /// A call repairs the parents it reads away from their exact prefix position, in its own copy of their
+  /// pages: the cached messages stay as they are.
+  void set_repair(std::optional<RepairPolicy> policy) { repair_ = policy; }
+  const std::optional<RepairPolicy>& repair() const { return repair_; }
   /// Whether decodes that sample with top_k, or greedily, and record neither logits nor logprobs take only
   /// their candidates from the backend (kernels::Backend::top_k, model::Sampler::sample_candidates): the same
   /// tokens, fewer bytes downloaded. Default: what the base model's backend prefers
@@ -174,6 +180,28 @@ class Engine {
   // Encodes a message again over its parents, the same bits (the tier manager's Recompute).
   void recompute(kv::Message& m, CallStats* stats);
   bool parent_loading(const std::vector<Parent>& parents, int model) const;  // for a call on `model`
+  // ---- repair of parents read out of their exact prefix position (runtime/engine/repair.cc) ----
+  struct RepairRow;
+  // The policy a call that asks for `requested` runs with (set_repair first; none outside choreo mode).
+  RepairPolicy repair_policy(const std::optional<RepairPolicy>& requested) const;
+  // Per view of a call on `model`: whether its cached encoding differs from what the call's own context would
+  // give (it is not in its exact prefix position: a parent's encoding is exact only when it was made over
+  // exactly the views before it, at their offsets, each exact itself, by this model, and placed where it was
+  // encoded).
+  std::vector<bool> inexact_views(std::span<const PlacedView> views, int model) const;
+  // Gives `w` its own repaired copies of its inexact views (Work::repaired) as `policy` says, and marks its
+  // message with the policy. Nothing when every view is exact or the policy is none.
+  void apply_repair(Work& w, const RepairPolicy& policy, CallStats* stats,
+                    std::vector<RepairedParent>* report);
+  // Runs layers `pass` of w's model for `rows` (sorted by view, then token): each recomputes its token's K/V
+  // in its view's copy, attending to the BOS, the views before its own and its own view's earlier tokens.
+  // `x_in`: each row's hidden state at the input of pass.first (dim floats a row), or null; `captured`, when
+  // given, receives each row's hidden state at the input of pass.end.
+  void repair_pass(Work& w, std::span<const RepairRow> rows, int first_layer, int end_layer,
+                   const float* x_in, std::vector<float>* captured);
+  // Per row: the squared distance between its token's K and V at `layer` in its view's copy and in the
+  // cached parent (float64).
+  std::vector<double> repair_deviation(const Work& w, std::span<const RepairRow> rows, int layer) const;
   // The E-cache layers a new message of `model` saves, for the plans to the models that will read it.
   std::vector<int> e_layers_for(int model, const std::optional<std::vector<int>>& read_by) const;
 
@@ -189,6 +217,7 @@ class Engine {
   std::map<std::pair<kv::MessageId, int>, kv::MessageId> encodings_on_;
   std::unique_ptr<CallMode> call_mode_;  // what mode_ does differently (runtime/engine/mode.h)
   Repositioning repositioning_ = Repositioning::QueryRotation;
+  std::optional<RepairPolicy> repair_;  // set_repair
   bool device_sampling_ = false;  // set from the backend by the constructor
   model::Batch batch_;
   model::RunState state_;

@@ -1,8 +1,9 @@
 #pragma once
-// The engine's private part shared by its source files (engine.cc, cross_model.cc): a message being
-// encoded.
+// The engine's private part shared by its source files (engine.cc, cross_model.cc, repair.cc): a message
+// being encoded.
 
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "runtime/engine/engine.h"
@@ -27,6 +28,15 @@ struct Engine::Work {
   // `candidate_ids` is empty.
   int candidates = 0;
   std::vector<int32_t> candidate_ids;
+  // Per view: the call's own copy of that parent's pages, with the K/V its repair policy recomputed (null:
+  // the parent's pages, as cached; empty: no view repaired). runtime/engine/repair.cc.
+  std::vector<std::unique_ptr<kv::PageList>> repaired;
+};
+
+/// One token of a repaired view that a repair pass recomputes: views[view], token `token` of it.
+struct Engine::RepairRow {
+  size_t view = 0;
+  int token = 0;
 };
 
 }  // namespace choreo::runtime

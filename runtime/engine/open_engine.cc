@@ -56,6 +56,12 @@ void OpenedEngine::open(const ModelSet& models) {
                                          t0_bytes);
   engine_ = std::make_unique<Engine>(models, *pool_, options.mode, options.max_batch);
   engine_->set_tiers(options.tiers);
+  if (options.repair && !options.repair->none() && options.mode != Mode::Choreo)
+    throw InputError(fmt::format("repair policy {} in {} mode: only choreo mode reads cached parents out of "
+                                 "their prefix position",
+                                 options.repair->name(), mode_name(options.mode)),
+                     "use --mode choreo, or leave --repair out");
+  engine_->set_repair(options.repair);
   if (options.mode != Mode::Choreo) return;  // the baselines keep nothing between runs
   const StoreOptions& s = options.stores;
   const store::WarningSink warn = warnings_or_stderr(s.warn);

@@ -99,6 +99,9 @@ struct EngineOptions {
   kv::TierSettings tiers;
   StoreOptions stores;  // used in choreo mode only: the baselines stand for serving without a kept cache
   int max_batch = 512;  // tokens per forward pass
+  /// A repair policy for every call, over the workflow's and the calls' own (Engine::set_repair); nullopt:
+  /// theirs. One other than none needs choreo mode (InputError).
+  std::optional<RepairPolicy> repair;
 };
 
 /// An engine and everything it runs on: its page pool and stores, and the models (shared, or borrowed).

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/repair_policy.h"
 #include "runtime/engine/placement.h"
 #include "runtime/kv/message_store.h"
 #include "runtime/model/sampler.h"
@@ -35,9 +36,22 @@ struct CallStats {
   // Of those, tokens read through a `partial` plan whose sender had no E cache: the sender's first layers
   // ran again to recompute it.
   int n_e_recomputed = 0;
+  // Tokens of cached parents this call recomputed in its own context (its repair policy, RepairPolicy), in
+  // whole-token equivalents: the token-layers recomputed over the model's layers, rounded up. Counted in
+  // n_computed and taken out of n_reused.
+  int n_repaired = 0;
   double load_ms = 0;     // time spent on both
   double ttft_ms = 0;  // call start to first generated token (decode), or to encoded (prefill)
   double total_ms = 0;
+};
+
+/// What a call's repair policy recomputed of one parent it read out of its exact prefix position.
+struct RepairedParent {
+  kv::MessageId message = kv::kNoMessage;
+  /// Per visible token of the parent: its K/V was recomputed in the call's context at layers [0, n) (0: read
+  /// as cached). first:K gives every layer to the first K tokens; select:R gives layers 0 and 1 to every
+  /// token, then fewer tokens each layer (runtime/engine/repair.cc).
+  std::vector<int> layers;
 };
 
 /// A prefill call: encode `tokens` over `parents` (Engine::prefill).
@@ -52,6 +66,9 @@ struct PrefillRequest {
   // its E cache is saved for the `partial` plans to those of them that are other models. Unset: not known,
   // saved for every plan from `model`.
   std::optional<std::vector<int>> read_by;
+  // How it repairs the parents it reads out of their exact prefix position (unset: none); Engine::set_repair
+  // overrides it.
+  std::optional<RepairPolicy> repair;
 };
 
 /// What a prefill produced: the message holding the encoding, and how it was obtained.
@@ -60,6 +77,7 @@ struct PrefillResult {
   bool deduplicated = false;  // an identical encoding already existed; nothing was computed
   bool loaded = false;        // read from the persistent store (docs/store.md); nothing was computed
   CallStats stats;
+  std::vector<RepairedParent> repaired;  // what its repair policy recomputed, per parent repaired
 };
 
 /// A decode call: encode `header` over `parents`, then generate (Engine::decode).
@@ -91,6 +109,7 @@ struct DecodeRequest {
   // before it on the engine (a reused prefix is laid out differently from a recomputed one, and rounds
   // differently). 0, the default, is one scope shared by every call that leaves it.
   uint64_t prefix_scope = 0;
+  std::optional<RepairPolicy> repair;  // as PrefillRequest::repair
 };
 
 /// The log-probability of one generated token and of the `logprobs` likeliest alternatives.
@@ -109,6 +128,7 @@ struct DecodeResult {
   std::vector<TokenLogprobs> logprobs;
   std::vector<std::vector<float>> logits;  // with record_logits: logits that produced each generated token
   CallStats stats;
+  std::vector<RepairedParent> repaired;  // what its repair policy recomputed, per parent repaired
 };
 
 }  // namespace choreo::runtime

@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/repair_policy.h"
 #include "runtime/engine/tiers.h"
 
 namespace choreo::runtime {
@@ -58,8 +59,9 @@ store::Compatibility TierManager::compatibility(int model) const {
 
 void TierManager::made(kv::Message& m, bool prefill) {
   place_e_cache(m);
-  // A cross-model plan's encoding (variant) is not written: its key is not a hash of what the entry holds.
-  if (m.variant != 0) return;
+  // A cross-model plan's encoding (variant) is not written: its key is not a hash of what the entry holds;
+  // nor is one made over repaired parents (an entry does not carry the policy its recomputation would need).
+  if (m.variant != 0 || m.repair != 0) return;
   if (prefill && m.key != 0 && m.resident()) {
     // Shared with other processes as soon as it exists (T3).
     for (Store& s : stores_) {
@@ -88,7 +90,8 @@ void TierManager::made(kv::Message& m, bool prefill) {
 bool TierManager::may_write_back(const kv::Message& m, size_t bytes) {
   const Store* s = eviction_store();
   return s && s->writable && s->store->usable() && !m.released && !(m.in_stores & s->bit) && m.key != 0 &&
-         m.variant == 0 && stats_.store(s->store->tier()).write_bytes + bytes <= settings_.disk_bytes;
+         m.variant == 0 && m.repair == 0 &&
+         stats_.store(s->store->tier()).write_bytes + bytes <= settings_.disk_bytes;
 }
 
 void TierManager::write_resident(kv::Message& m, kv::TierEvent::Kind kind) {
@@ -207,6 +210,13 @@ void TierManager::persist(kv::MessageId id, uint64_t tag) {
   if (is_bos(id)) return;  // every engine encodes its own BOS
   // The message itself is always written; an ancestor only when the store has no usable entry for it.
   std::vector<kv::MessageId> to_write = unstored_ancestry(id);  // parents first, ends with `id`
+  for (kv::MessageId a : to_write)
+    if (messages_.get(a).repair != 0)
+      throw InputError(
+          fmt::format("persist: message {} was encoded over repaired parents ({}), which a store "
+                      "entry cannot say",
+                      a, RepairPolicy::from_tag(messages_.get(a).repair).name()),
+          "persist what was encoded without a repair policy (`repair: none`)");
   const size_t n_written = to_write.size();
   // Another process may delete entries meanwhile (`cache gc`, `cache rm`): whatever it took of what this call
   // wrote is written again, each message at most once per attempt, for a bounded number of attempts.

@@ -115,6 +115,13 @@ nlohmann::ordered_json incomplete_json(const QualityProfile& p, const std::strin
 
 }  // namespace
 
+std::vector<QualityVariant> repair_variants(const RepairPolicy& policy) {
+  std::vector<QualityVariant> out;
+  for (const RepairPolicy& p : {RepairPolicy{}, policy})
+    out.push_back({p.name(), [p](runtime::EngineOptions& options) { options.repair = p; }});
+  return out;
+}
+
 QualityInstance compare_instance(const dsl::Workflow& workflow, runtime::Engine& baseline,
                                  std::span<runtime::Engine* const> variants,
                                  const exec::RunArguments& arguments) {
@@ -168,6 +175,7 @@ QualityProfile profile_quality(const dsl::Workflow& workflow, const QualityOptio
   const std::shared_ptr<runtime::LoadedModels> loaded = runtime::load_models(model_options);
   runtime::EngineOptions baseline_options = o.engine;
   baseline_options.mode = runtime::Mode::Prefix;
+  baseline_options.repair.reset();  // exact: nothing to repair
   QualityProfile p;
   p.workflow = workflow.name.value;
   p.model_path = loaded->model().file().path();

@@ -27,6 +27,10 @@ struct QualityVariant {
   std::function<void(runtime::EngineOptions&)> configure;
 };
 
+/// The variants `profile quality --repair POLICY` compares: choreo mode with no repair ("none") and with
+/// `policy` (named by RepairPolicy::name), each for every call, over what the workflow's `repair:` keys say.
+std::vector<QualityVariant> repair_variants(const RepairPolicy& policy);
+
 /// One variant's run of one instance, compared with the baseline.
 struct VariantRun {
   std::vector<CallQuality> calls;  ///< the decodes compared, in the baseline's order

@@ -24,8 +24,8 @@ namespace {
 using json = nlohmann::json;
 using model::Token;
 
-constexpr std::string_view kCommonFields[] = {"op",   "id",    "parents", "new_offset",
-                                              "role", "agent", "private", "model"};
+constexpr std::string_view kCommonFields[] = {"op",    "id",      "parents", "new_offset", "role",
+                                              "agent", "private", "model",   "repair"};
 constexpr std::string_view kPrefillFields[] = {"text", "tokens"};
 constexpr std::string_view kDecodeFields[] = {"header", "header_tokens", "temperature",  "top_p", "top_k",
                                               "seed",   "max_tokens",    "exact_tokens", "stop",  "logprobs"};
@@ -145,6 +145,13 @@ class Validator {
                                 "--model-file NAME=FILE)",
                                 fmt::join(names, ", ")));
       call.model = *index;
+    }
+    if (std::optional<std::string> repair = f.string("repair")) {
+      try {
+        call.repair = parse_repair_policy(*repair);
+      } catch (const InputError& e) {
+        f.bad_value("repair", e.message(), e.hint());
+      }
     }
     if (std::optional<std::string> role = f.string("role")) {
       if (!contains(kRoles, *role))

@@ -45,6 +45,7 @@ struct Call {
   std::string agent;
   kv::Visibility visibility = kv::Visibility::Public;
   int model = 0;  // the engine's model it runs on ("model": a name of the engine's model set)
+  std::optional<RepairPolicy> repair;  // "repair": how it repairs parents read out of prefix (unset: none)
 };
 
 /// One input line: a single call, or a batch (a JSON list) of independent calls of one op run together.

@@ -105,6 +105,7 @@ class Executor {
     }
     if (call.model != 0) j["model"] = engine_.models()[size_t(call.model)].name;
     if (stats.n_cross_model > 0) j["n_cross_model"] = stats.n_cross_model;
+    if (stats.n_repaired > 0) j["n_repaired"] = stats.n_repaired;
     return j;
   }
 
@@ -115,7 +116,8 @@ class Executor {
   void prefill(const CallLine& line) {
     std::vector<runtime::PrefillRequest> requests;
     for (const Call& c : line.calls)
-      requests.push_back({tokens_of(c), parents(c), c.new_offset, c.agent, c.visibility, c.model});
+      requests.push_back(
+          {tokens_of(c), parents(c), c.new_offset, c.agent, c.visibility, c.model, std::nullopt, c.repair});
     std::vector<runtime::PrefillResult> results;
     try {
       results = engine_.prefill_batch(requests);
@@ -169,6 +171,7 @@ class Executor {
       r.agent = c.agent;
       r.visibility = c.visibility;
       r.model = c.model;
+      r.repair = c.repair;
       requests.push_back(std::move(r));
     }
     std::vector<runtime::DecodeResult> results;

@@ -78,6 +78,7 @@ struct Branch {
   int model = 0;           // the engine's model it runs on
   std::vector<int> read_by;  // the models of the calls that read it or anything made over it (the plan's)
   std::string model_name;  // its name, "" for the run's model
+  std::optional<RepairPolicy> repair;  // `repair:` (the call's, else the workflow's)
   model::SamplingParams sampling;
   int max_tokens = kDefaultMaxTokens;
   std::vector<std::string> stop;
@@ -418,6 +419,7 @@ class Interpreter : public dsl::plan::Executor {
     b.agent = n.agent;
     b.is_private = !n.private_to.empty();
     b.read_by = read_by_.at(plan_node);
+    b.repair = n.repair;
     if (n.model && n.model->value != "default") {
       b.model = model_index(*n.model);
       b.model_name = n.model->value;
@@ -471,6 +473,7 @@ class Interpreter : public dsl::plan::Executor {
     r.n_loaded = stats.n_loaded;
     r.n_recomputed = stats.n_recomputed;
     r.n_cross_model = stats.n_cross_model;
+    r.n_repaired = stats.n_repaired;
     r.model = b.model_name;
     r.load_ms = stats.load_ms;
     r.ttft_ms = stats.ttft_ms;
@@ -483,7 +486,8 @@ class Interpreter : public dsl::plan::Executor {
     std::vector<runtime::PrefillRequest> requests;
     for (const Branch& b : branches)
       requests.push_back({b.tokens, b.parents, b.new_offset, b.agent,
-                          b.is_private ? kv::Visibility::Private : kv::Visibility::Public, b.model, b.read_by});
+                          b.is_private ? kv::Visibility::Private : kv::Visibility::Public, b.model, b.read_by,
+                          b.repair});
     std::vector<runtime::PrefillResult> results;
     const double start_ms = steady_ms();
     try {
@@ -519,6 +523,7 @@ class Interpreter : public dsl::plan::Executor {
       d.visibility = b.is_private ? kv::Visibility::Private : kv::Visibility::Public;
       d.model = b.model;
       d.read_by = b.read_by;
+      d.repair = b.repair;
       if (hooks_.exact_tokens) d.exact_tokens = hooks_.exact_tokens(b.name);
       if (hooks_.record_logits) d.record_logits = hooks_.record_logits(b.name);
       if (hooks_.sampling) hooks_.sampling(b.name, d.sampling);

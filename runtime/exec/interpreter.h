@@ -41,6 +41,7 @@ struct MessageRecord {
   int n_loaded = 0;       ///< parent tokens loaded back from T1 before the call ran (runtime/kv/tiers.h)
   int n_recomputed = 0;   ///< parent tokens recomputed because no tier held them
   int n_cross_model = 0;  ///< parent tokens another model encoded, encoded by this call's model first
+  int n_repaired = 0;     ///< parent tokens its repair policy recomputed (runtime::CallStats; in n_computed)
   std::string model;      ///< the model it ran on: a name under `models:`, or "" for the run's model
   double load_ms = 0;     ///< time spent on both
   double ttft_ms = 0;

@@ -32,6 +32,7 @@ nlohmann::ordered_json run_json(const RunResult& r) {
     e["n_recomputed"] = m.n_recomputed;
     if (!m.model.empty()) e["model"] = m.model;
     if (m.n_cross_model > 0) e["n_cross_model"] = m.n_cross_model;
+    if (m.n_repaired > 0) e["n_repaired"] = m.n_repaired;
     e["load_ms"] = m.load_ms;
     e["ttft_ms"] = m.ttft_ms;
     e["total_ms"] = m.total_ms;

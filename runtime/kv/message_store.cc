@@ -26,7 +26,8 @@ MessageStore::MessageStore(PagePool& pool, const std::vector<uint64_t>& model_fi
 }
 
 uint64_t MessageStore::content_key(const std::vector<Token>& tokens, int start_pos,
-                                   const std::vector<PlacedParent>& parents, int model, uint64_t variant) const {
+                                   const std::vector<PlacedParent>& parents, int model, uint64_t variant,
+                                   uint64_t repair) const {
   XXH3_state_t* st = XXH3_createState();
   XXH3_64bits_reset_withSeed(st, variant == 0 ? seeds_.at(size_t(model)) : seeds_.at(size_t(model)) ^ variant);
   int64_t header[2] = {start_pos, int64_t(tokens.size())};
@@ -36,6 +37,8 @@ uint64_t MessageStore::content_key(const std::vector<Token>& tokens, int start_p
     int64_t rec[2] = {int64_t(get(p.message).key), p.offset};
     XXH3_64bits_update(st, rec, sizeof(rec));
   }
+  // Only an encoding made over repaired parents hashes its policy: every other key is what it always was.
+  if (repair != 0) XXH3_64bits_update(st, &repair, sizeof(repair));
   uint64_t key = XXH3_64bits_digest(st);
   XXH3_freeState(st);
   return key == 0 ? 1 : key;  // 0 means "no key"
@@ -53,7 +56,7 @@ Message& MessageStore::create() {
 
 void MessageStore::publish(Message& msg) {
   assert(msg.n_encoded == int(msg.tokens.size()));
-  msg.key = content_key(msg.tokens, msg.start_pos, msg.parents, msg.model, msg.variant);
+  msg.key = content_key(msg.tokens, msg.start_pos, msg.parents, msg.model, msg.variant, msg.repair);
   by_key_.emplace(msg.key, msg.id);
   for (const PlacedParent& p : msg.parents) ++record(p.message).n_children;
 }

@@ -90,6 +90,10 @@ struct Message {
   int model = 0;                      // the engine's model that encoded it (runtime/engine/model_set.h)
   MessageId source = kNoMessage;      // what it re-encodes for its model: another model's message, or none
   uint64_t variant = 0;               // the cross-model plan it was made with (0: its model's own encoding)
+  // The repair policy (RepairPolicy::tag, common/repair_policy.h) its encoding applied to the parents it read
+  // out of their exact prefix position; 0 when it read them as cached. Part of its content key; a message
+  // with one is recomputed with it and, like a cross-model variant, never written to a store.
+  uint64_t repair = 0;
   // The E cache (DESIGN.md §6): by layer, each encoded token's hidden state at the input of that layer
   // (model dim floats per token), saved while encoding at `e_layers`: where the `partial` plans of the
   // models that will read this message start; empty otherwise. It is charged to the tier of the message's
@@ -145,9 +149,11 @@ class MessageStore {
       : MessageStore(pool, std::vector<uint64_t>{model_fingerprint}) {}
 
   /// Content key of an encoding: model, tokens, start position, and each parent's key with its offset.
-  /// `variant` (nonzero) marks an encoding made another way than by the model alone (a cross-model plan).
+  /// `variant` (nonzero) marks an encoding made another way than by the model alone (a cross-model plan);
+  /// `repair` (nonzero) one made over parents repaired by that policy (Message::repair).
   uint64_t content_key(const std::vector<Token>& tokens, int start_pos,
-                       const std::vector<PlacedParent>& parents, int model = 0, uint64_t variant = 0) const;
+                       const std::vector<PlacedParent>& parents, int model = 0, uint64_t variant = 0,
+                       uint64_t repair = 0) const;
 
   /// A new, empty message (not yet findable by key).
   Message& create();

@@ -342,6 +342,8 @@ TEST_CASE("exec: malformed calls are rejected before anything runs, naming file,
        2, "unknown parent 'b'", "\"b\"]"},
       {"temperature out of range", story + R"({"op":"decode","id":"d","header":"A","temperature":-1})", 2,
        "field 'temperature' is -1, outside"},
+      {"unknown repair policy", story + R"({"op":"decode","id":"d","header":"A","repair":"blend"})", 2,
+       "unknown repair policy `blend`", "\"blend\""},
   };
   for (const BadInput& c : cases) {
     CAPTURE(c.what);
@@ -368,6 +370,21 @@ TEST_CASE("exec: malformed calls are rejected before anything runs, naming file,
     CHECK(out.str().empty());                           // nothing printed
     CHECK(b.engine.store().size() == messages_before);  // nothing ran
   }
+}
+
+TEST_CASE("exec: a call's \"repair\" field repairs the parents it reads out of prefix and reports n_repaired") {
+  Bench b(stories());
+  const std::string calls = R"({"op":"prefill","id":"a","text":"Once upon a time"})"
+                            "\n"
+                            R"({"op":"prefill","id":"b","text":"Tom had a red ball."})"
+                            "\n"
+                            R"([{"op":"decode","id":"plain","header":" Then","parents":["a","b"],"max_tokens":3},)"
+                            R"({"op":"decode","id":"fixed","header":" Then","parents":["a","b"],"max_tokens":3,)"
+                            R"("repair":"first:2"}])";
+  const std::vector<json> out = run(b.engine, calls);
+  REQUIRE(out.size() == 4);
+  CHECK_FALSE(out[2].contains("n_repaired"));
+  CHECK(out[3]["n_repaired"] == 2);  // b is read out of prefix: its first 2 tokens recomputed
 }
 
 TEST_CASE("exec: invalid JSON reports the column where parsing failed") {
