@@ -5,14 +5,19 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <utility>
 
 #include "cli/common.h"
 #include "cli/engine_flags.h"
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "dsl/workflow_parser.h"
 #include "runtime/eval/quality_profile.h"
+#include "runtime/eval/repair_sweep.h"
 
 namespace choreo::cli {
 
@@ -24,6 +29,9 @@ struct QualityFlags {
   std::vector<std::string> inputs, params, maps;
   EngineFlags engine;
   int64_t max_steps = dsl::kDefaultMaxSteps;
+  bool sweep = false;
+  std::string out_dir;
+  std::optional<double> max_kl;
 };
 
 void print_progress(size_t index, size_t count, const eval::QualityInstance& instance) {
@@ -54,6 +62,16 @@ void print_summary(const eval::QualitySummary& s) {
              s.agreement.low, s.agreement.high, s.exact_agreement.mean, s.baseline_computed, s.computed);
 }
 
+void print_time(const eval::VariantQuality& q) {
+  if (q.ttft_speedup.empty()) return;
+  const auto [lo, hi] = std::minmax_element(q.ttft_speedup.begin(), q.ttft_speedup.end());
+  const auto [e_lo, e_hi] = std::minmax_element(q.e2e_speedup.begin(), q.e2e_speedup.end());
+  fmt::print(
+      "time per instance (teacher-forced, cold): TTFT {:.1f} ms (baseline {:.1f}; speed-up per round "
+      "{:.2f}-{:.2f}x), end-to-end {:.1f} ms (baseline {:.1f}; {:.2f}-{:.2f}x)\n",
+      q.ttft_ms, q.baseline_ttft_ms, *lo, *hi, q.e2e_ms, q.baseline_e2e_ms, *e_lo, *e_hi);
+}
+
 void print_quality(const eval::QualityProfile& p) {
   fmt::print(
       "{} on {} instance(s), model {}; baseline: prefix mode (exact); compared runs teacher-forced to it\n",
@@ -69,6 +87,7 @@ void print_quality(const eval::QualityProfile& p) {
         "\nper step, then the workflow: means over instances [95% bootstrap CI]; computed: per instance\n");
     for (const eval::QualitySummary& s : q.steps) print_summary(s);
     print_summary(q.workflow);
+    print_time(q);
     if (q.n_unforced > 0)
       fmt::print("note: {} decode(s) had no baseline decode of the same name and were not compared\n",
                  q.n_unforced);
@@ -82,10 +101,31 @@ void run_quality(QualityFlags& f) {
   if (!o.inputs_path.empty()) o.input_fields = key_values(f.maps, "--map");
   o.models = f.engine.model_options();
   o.engine = f.engine.engine_options(runtime::Mode::Choreo, StorePolicy::None);
-  // --repair POLICY: two compared runs, without repair and with POLICY, whatever the workflow's `repair:`.
-  if (o.engine.repair) o.variants = eval::repair_variants(*std::exchange(o.engine.repair, std::nullopt));
+  // --repair POLICY: two compared runs, without repair and with POLICY, whatever the workflow's `repair:`;
+  // --sweep: one per policy of the sweep.
+  if (f.sweep) {
+    if (!f.out_dir.empty()) {
+      std::error_code error;
+      std::filesystem::create_directories(f.out_dir, error);
+      if (error)
+        throw InputError(fmt::format("-o {}: cannot create the directory: {}", f.out_dir, error.message()),
+                         "give a directory that can be created, or an existing one");
+      check_writable((std::filesystem::path(f.out_dir) / "sweep.md").string(), "-o");
+    }
+    o.variants = eval::policy_variants(eval::sweep_policies());
+  } else if (o.engine.repair) {
+    o.variants = eval::repair_variants(*std::exchange(o.engine.repair, std::nullopt));
+  }
   o.on_instance = print_progress;
-  print_quality(eval::profile_quality(workflow, o));
+  const eval::QualityProfile profile = eval::profile_quality(workflow, o);
+  if (!f.sweep) return print_quality(profile);
+  const eval::RepairSweep sweep = eval::summarize_sweep(profile, o.rounds, f.max_kl);
+  fmt::print("{}", eval::sweep_table(sweep));
+  if (!f.out_dir.empty()) {
+    eval::write_sweep(sweep, profile, f.out_dir);
+    fmt::print("wrote {}/: sweep.md, sweep.json, pareto_computed.svg, pareto_ttft.svg{}\n", f.out_dir,
+               sweep.chosen ? ", repair.json (choreo run --repair " + f.out_dir + "/repair.json)" : "");
+  }
 }
 
 }  // namespace
@@ -101,6 +141,23 @@ void register_profile_quality(CLI::App& profile) {
   f->engine.add(*cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv | EngineFlags::kCache |
                           EngineFlags::kRepair);
   add_max_steps_option(*cmd, f->max_steps);
+  cmd->add_option("--rounds", f->options.rounds,
+                  "run each instance this many times, taking turns between the baseline and the compared "
+                  "runs, for time (the first round is also compared)")
+      ->check(CLI::Range(1, 1000));
+  CLI::Option* sweep = cmd->add_flag(
+      "--sweep", f->sweep,
+      "compare the repair policies none, first:{1,4,16,64} and select:{0.05,0.15,0.3}: a table of KL, tokens "
+      "computed and time, the Pareto frontier, and the cheapest policy under --max-kl");
+  cmd->add_option("--max-kl", f->max_kl,
+                  "with --sweep: the KL bound the chosen policy must meet (default: half of none's KL)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(sweep);
+  cmd->add_option("-o,--out", f->out_dir,
+                  "with --sweep: write sweep.md, sweep.json, pareto_computed.svg, pareto_ttft.svg and the chosen "
+                  "policy (repair.json, which `choreo run --repair DIR/repair.json` reads) into this directory")
+      ->needs(sweep);
+  sweep->excludes(cmd->get_option("--repair"));
   cmd->callback([f] { run_quality(*f); });
 }
 

@@ -8,6 +8,7 @@
 #include "cli/common.h"
 #include "common/error.h"
 #include "common/repair_policy.h"
+#include "runtime/eval/repair_sweep.h"
 #include "runtime/kv/tier_config.h"
 #include "runtime/store/cache_dir.h"
 
@@ -15,9 +16,15 @@ namespace choreo::cli {
 
 namespace {
 
+/// --repair's value: a policy, or a policy file (`profile quality --sweep -o DIR`'s repair.json).
+RepairPolicy repair_from_flag(const std::string& text) {
+  if (text.ends_with(".json")) return eval::read_repair_policy_file(text);
+  return parse_repair_policy(text);
+}
+
 std::string check_repair(const std::string& text) {
   try {
-    parse_repair_policy(text);
+    repair_from_flag(text);
     return {};
   } catch (const InputError& e) {
     return e.message() + "; " + e.hint();
@@ -78,7 +85,8 @@ void EngineFlags::add(CLI::App& cmd, unsigned parts) {
          "repair the KV of cached parents each call reads out of its exact prefix position, for every "
          "call (over the workflow's `repair:`): none, first:K (recompute each such parent's first K "
          "tokens in the call's context; EPIC) or select:R (the fraction R of their tokens whose KV "
-         "deviates most; CacheBlend); docs/profile.md")
+         "deviates most; CacheBlend), or FILE.json: the policy `profile quality --sweep -o DIR` chose; "
+         "docs/profile.md")
         ->check(check_repair);
 }
 
@@ -189,7 +197,7 @@ runtime::EngineOptions EngineFlags::engine_options(runtime::Mode mode, StorePoli
   o.v_type = kernels::parse_kv_type(type_v);
   o.t0_bytes = t0_bytes();
   o.tiers = tiers();
-  if (!repair.empty()) o.repair = parse_repair_policy(repair);
+  if (!repair.empty()) o.repair = repair_from_flag(repair);
   runtime::StoreOptions& s = o.stores;
   s.key_file = store_key_file;
   if (!redis.empty()) {

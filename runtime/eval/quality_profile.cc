@@ -82,10 +82,19 @@ nlohmann::ordered_json variant_calls_json(const std::vector<QualityInstance>& in
     const VariantRun& run = instance.variants[v];
     runs.push_back({{"line", instance.line},
                     {"computed", {{"baseline", instance.baseline_computed}, {name, run.computed}}},
-                    {"unforced_decodes", run.n_unforced}});
+                    {"unforced_decodes", run.n_unforced},
+                    {"ttft_ms", {{"baseline", instance.baseline_ttft_ms}, {name, run.ttft_ms}}},
+                    {"e2e_ms", {{"baseline", instance.baseline_e2e_ms}, {name, run.e2e_ms}}}});
     for (const CallQuality& c : run.calls) calls.push_back(call_json(c, instance.line, name));
   }
   return {{"runs", runs}, {"calls", calls}};
+}
+
+nlohmann::ordered_json time_json(const VariantQuality& q) {
+  return {{"ttft_ms", {{"baseline", q.baseline_ttft_ms}, {q.name, q.ttft_ms}}},
+          {"e2e_ms", {{"baseline", q.baseline_e2e_ms}, {q.name, q.e2e_ms}}},
+          {"ttft_speedup_per_round", q.ttft_speedup},
+          {"e2e_speedup_per_round", q.e2e_speedup}};
 }
 
 nlohmann::ordered_json header_json(const QualityProfile& p) {
@@ -113,6 +122,31 @@ nlohmann::ordered_json incomplete_json(const QualityProfile& p, const std::strin
   return doc;
 }
 
+/// Sets q's time figures from the instances' rounds of variant `variant`.
+void summarize_time(const std::vector<QualityInstance>& instances, size_t variant, VariantQuality& q) {
+  size_t rounds = SIZE_MAX, n = 0;
+  for (const QualityInstance& instance : instances)
+    rounds = std::min({rounds, instance.baseline_ttft_ms.size(), instance.variants[variant].ttft_ms.size()});
+  if (instances.empty() || rounds == 0) return;
+  for (size_t r = 0; r < rounds; ++r) {
+    double base_ttft = 0, base_e2e = 0, ttft = 0, e2e = 0;
+    for (const QualityInstance& instance : instances) {
+      base_ttft += instance.baseline_ttft_ms[r];
+      base_e2e += instance.baseline_e2e_ms[r];
+      ttft += instance.variants[variant].ttft_ms[r];
+      e2e += instance.variants[variant].e2e_ms[r];
+    }
+    q.baseline_ttft_ms += base_ttft;
+    q.baseline_e2e_ms += base_e2e;
+    q.ttft_ms += ttft;
+    q.e2e_ms += e2e;
+    n += instances.size();
+    q.ttft_speedup.push_back(ttft > 0 ? base_ttft / ttft : 0.0);
+    q.e2e_speedup.push_back(e2e > 0 ? base_e2e / e2e : 0.0);
+  }
+  for (double* x : {&q.baseline_ttft_ms, &q.baseline_e2e_ms, &q.ttft_ms, &q.e2e_ms}) *x /= double(n);
+}
+
 }  // namespace
 
 std::vector<QualityVariant> repair_variants(const RepairPolicy& policy) {
@@ -127,15 +161,38 @@ QualityInstance compare_instance(const dsl::Workflow& workflow, runtime::Engine&
                                  const exec::RunArguments& arguments) {
   const exec::RunResult exact = run_baseline(workflow, baseline, arguments);
   QualityInstance out;
-  out.baseline_computed = exec::timing_of(exact).n_computed;
+  const exec::RunTiming exact_timing = exec::timing_of(exact);
+  out.baseline_computed = exact_timing.n_computed;
+  out.baseline_ttft_ms.push_back(exact_timing.ttft_ms);
+  out.baseline_e2e_ms.push_back(exact_timing.e2e_ms);
   for (runtime::Engine* engine : variants) {
     VariantRun run;
     const exec::RunResult forced = run_teacher_forced(workflow, *engine, arguments, exact, run.n_unforced);
     run.calls = compare_calls(exact, forced);
-    run.computed = exec::timing_of(forced).n_computed;
+    const exec::RunTiming timing = exec::timing_of(forced);
+    run.computed = timing.n_computed;
+    run.ttft_ms.push_back(timing.ttft_ms);
+    run.e2e_ms.push_back(timing.e2e_ms);
     out.variants.push_back(std::move(run));
   }
   return out;
+}
+
+void time_instance(const dsl::Workflow& workflow, runtime::Engine& baseline,
+                   std::span<runtime::Engine* const> variants, const exec::RunArguments& arguments,
+                   size_t first, QualityInstance& instance) {
+  const exec::RunResult exact = run_baseline(workflow, baseline, arguments);
+  const exec::RunTiming exact_timing = exec::timing_of(exact);
+  instance.baseline_ttft_ms.push_back(exact_timing.ttft_ms);
+  instance.baseline_e2e_ms.push_back(exact_timing.e2e_ms);
+  for (size_t k = 0; k < variants.size(); ++k) {
+    const size_t v = (first + k) % variants.size();
+    int n_unforced = 0;
+    const exec::RunTiming timing =
+        exec::timing_of(run_teacher_forced(workflow, *variants[v], arguments, exact, n_unforced));
+    instance.variants[v].ttft_ms.push_back(timing.ttft_ms);
+    instance.variants[v].e2e_ms.push_back(timing.e2e_ms);
+  }
 }
 
 VariantQuality summarize_variant(const std::vector<QualityInstance>& instances, size_t variant,
@@ -163,6 +220,7 @@ VariantQuality summarize_variant(const std::vector<QualityInstance>& instances, 
   }
   for (const std::string& label : labels) q.steps.push_back(summarize(label, steps[label]));
   q.workflow = summarize(workflow_name, whole);
+  summarize_time(instances, variant, q);
   return q;
 }
 
@@ -173,6 +231,7 @@ QualityProfile profile_quality(const dsl::Workflow& workflow, const QualityOptio
   runtime::ModelOptions model_options = o.models;
   model_options.add_models = exec::workflow_models_adder(workflow);
   const std::shared_ptr<runtime::LoadedModels> loaded = runtime::load_models(model_options);
+  runtime::warm_up(loaded->models(), o.engine.page_tokens);
   runtime::EngineOptions baseline_options = o.engine;
   baseline_options.mode = runtime::Mode::Prefix;
   baseline_options.repair.reset();  // exact: nothing to repair
@@ -181,19 +240,27 @@ QualityProfile profile_quality(const dsl::Workflow& workflow, const QualityOptio
   p.model_path = loaded->model().file().path();
   for (const QualityVariant& v : o.variants) p.variant_names.push_back(v.name);
   for (size_t i = 0; i < rows.size(); ++i) {
-    const std::unique_ptr<runtime::OpenedEngine> baseline = runtime::open_engine(loaded, baseline_options);
-    std::vector<std::unique_ptr<runtime::OpenedEngine>> opened;
-    std::vector<runtime::Engine*> engines;
-    for (const QualityVariant& v : o.variants) {
-      runtime::EngineOptions options = o.engine;
-      options.mode = runtime::Mode::Choreo;
-      if (v.configure) v.configure(options);
-      opened.push_back(runtime::open_engine(loaded, options));
-      engines.push_back(&opened.back()->engine());
-    }
     try {
-      p.instances.push_back(compare_instance(workflow, baseline->engine(), engines, rows[i].arguments));
-      p.instances.back().line = rows[i].line;
+      // Each round of each instance on fresh engines: every run is cold, as a chat API call is.
+      for (int round = 0; round < std::max(1, o.rounds); ++round) {
+        const std::unique_ptr<runtime::OpenedEngine> baseline = runtime::open_engine(loaded, baseline_options);
+        std::vector<std::unique_ptr<runtime::OpenedEngine>> opened;
+        std::vector<runtime::Engine*> engines;
+        for (const QualityVariant& v : o.variants) {
+          runtime::EngineOptions options = o.engine;
+          options.mode = runtime::Mode::Choreo;
+          if (v.configure) v.configure(options);
+          opened.push_back(runtime::open_engine(loaded, options));
+          engines.push_back(&opened.back()->engine());
+        }
+        if (round == 0) {
+          p.instances.push_back(compare_instance(workflow, baseline->engine(), engines, rows[i].arguments));
+          p.instances.back().line = rows[i].line;
+        } else {
+          time_instance(workflow, baseline->engine(), engines, rows[i].arguments, size_t(round) % engines.size(),
+                        p.instances.back());
+        }
+      }
     } catch (...) {
       if (!o.json_path.empty())
         write_json(o.json_path, incomplete_json(p, fmt::format("row at line {}: {}", rows[i].line,
@@ -218,7 +285,8 @@ nlohmann::ordered_json quality_json(const QualityProfile& p) {
     nlohmann::ordered_json variant = {{"variant", q.name},
                                       {"workflow", summary_json(q.workflow, q.name)},
                                       {"steps", steps},
-                                      {"unforced_decodes", q.n_unforced}};
+                                      {"unforced_decodes", q.n_unforced},
+                                      {"time", time_json(q)}};
     variant.update(variant_calls_json(p.instances, v, q.name));
     doc["variants"].push_back(variant);
   }

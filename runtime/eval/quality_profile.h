@@ -36,6 +36,9 @@ struct VariantRun {
   std::vector<CallQuality> calls;  ///< the decodes compared, in the baseline's order
   int computed = 0;                ///< tokens the whole run computed (static messages and prefills included)
   int n_unforced = 0;              ///< decodes with no baseline counterpart (run_teacher_forced)
+  /// Per round (QualityOptions::rounds): the run's TTFT (the sum of its decode steps', exec::RunTiming) and
+  /// end-to-end time, in ms.
+  std::vector<double> ttft_ms, e2e_ms;
 };
 
 /// One instance: the line of its inputs row (0 without an inputs file), the baseline's computed tokens, and
@@ -43,6 +46,7 @@ struct VariantRun {
 struct QualityInstance {
   int line = 0;
   int baseline_computed = 0;  ///< tokens the whole baseline run computed
+  std::vector<double> baseline_ttft_ms, baseline_e2e_ms;  ///< per round, as VariantRun's
   std::vector<VariantRun> variants;
 };
 
@@ -51,6 +55,14 @@ struct QualityInstance {
 QualityInstance compare_instance(const dsl::Workflow& workflow, runtime::Engine& baseline,
                                  std::span<runtime::Engine* const> variants,
                                  const exec::RunArguments& arguments);
+
+/// Another timed round of an instance compare_instance compared: the baseline again on `baseline`, then the
+/// variants teacher-forced to its tokens, starting with variant `first` and taking the others in turn (so
+/// that no variant always runs right after the baseline); appends each run's TTFT and end-to-end time to
+/// `instance`. The calls are not compared again: the runs are deterministic.
+void time_instance(const dsl::Workflow& workflow, runtime::Engine& baseline,
+                   std::span<runtime::Engine* const> variants, const exec::RunArguments& arguments,
+                   size_t first, QualityInstance& instance);
 
 /// A step's or a workflow's figures for one variant. Per instance, each figure is the mean over the positions
 /// of its calls (KL in nats, the rank of the baseline's token, agreement as a fraction); `kl`, `rank` and
@@ -70,6 +82,10 @@ struct VariantQuality {
   std::vector<QualitySummary> steps;
   QualitySummary workflow;
   int n_unforced = 0;  ///< summed over instances
+  /// Time, mean per instance over every round (ms); and per round, the baseline's time over the variant's
+  /// (each summed over the instances): the speed-up over the exact baseline.
+  double ttft_ms = 0, e2e_ms = 0, baseline_ttft_ms = 0, baseline_e2e_ms = 0;
+  std::vector<double> ttft_speedup, e2e_speedup;
 };
 
 /// Sums up the instances' runs of variant `variant` (an index into QualityInstance::variants).
@@ -88,6 +104,9 @@ struct QualityOptions {
   /// (in choreo mode). Every instance gets fresh engines, so its figures do not depend on the rows before it.
   runtime::EngineOptions engine;
   std::vector<QualityVariant> variants = {QualityVariant{}};
+  /// How many times each instance runs, for time: the first round compares the calls, every round is timed
+  /// (time_instance). The models are warmed up first (runtime::warm_up), as `choreo profile` does.
+  int rounds = 1;
   /// Where to write quality_json (checked writable before the models load; empty: nowhere). When an instance
   /// fails, the instances compared before it are written, marked incomplete, and the error is thrown.
   std::string json_path;

@@ -33,34 +33,6 @@ std::vector<int> layer_counts(std::span<const PlanScore> plans) {
 
 // ---- SVG text ---------------------------------------------------------------------------------
 
-/// `text` safe inside an XML element or a quoted attribute. Control characters XML 1.0 forbids become spaces.
-std::string xml_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') ? ' ' : c;
-    }
-  }
-  return out;
-}
-
 /// A loss as printed in legends, tick labels and tooltips.
 std::string loss_text(double loss) { return fmt::format("{:.3g}", loss); }
 

@@ -11,6 +11,9 @@
 
 namespace choreo::eval {
 
+/// `text` safe inside an XML element or a quoted attribute. Control characters XML 1.0 forbids become spaces.
+std::string xml_escape(std::string_view text);
+
 /// An upper estimate of the width in pixels of `text` (UTF-8) set in a sans-serif font of `font_px`.
 double estimated_text_width_px(std::string_view text, double font_px);
 

@@ -95,6 +95,71 @@ TEST_CASE("choreo profile quality --repair compares none with the policy") {
   CHECK(r.out.find("first:100: KL(baseline || first:100)") != std::string::npos);
 }
 
+TEST_CASE("choreo profile quality --sweep writes its table, figures and the policy run --repair reads") {
+  testing::ScratchDir dir;
+  std::ofstream(dir.path / "pair.yaml") << kPair;
+  const std::string wf = (dir.path / "pair.yaml").string();
+  const fs::path out = dir.path / "sweep";
+  const testing::ProcessResult r = choreo(dir, {"profile", "quality", wf, "--sweep", "--rounds", "2", "-o", out.string()});
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  for (const char* file : {"sweep.md", "sweep.json", "pareto_computed.svg", "pareto_ttft.svg", "repair.json"})
+    CHECK(fs::exists(out / file));
+  const json doc = read_json(out / "sweep.json");
+  const json& rows = doc["sweep"]["rows"];
+  REQUIRE(rows.size() == 8);
+  CHECK(rows[0]["policy"] == "none");
+  CHECK(doc["quality"]["variants"].size() == 8);
+  // The chosen policy, found again from the rows: the fewest tokens computed with KL under the bound.
+  const double bound = doc["sweep"]["max_kl"];
+  CHECK(bound == doctest::Approx(rows[0]["kl"]["mean"].get<double>() / 2));
+  std::string cheapest;
+  double cost = 1e300;
+  for (const json& row : rows)
+    if (row["kl"]["mean"].get<double>() <= bound && row["computed"].get<double>() < cost) {
+      cost = row["computed"];
+      cheapest = row["policy"];
+    }
+  CHECK(doc["sweep"]["chosen"] == cheapest);
+  // Two rounds timed: two per-round speed-ups per policy.
+  CHECK(doc["quality"]["variants"][1]["time"]["ttft_speedup_per_round"].size() == 2);
+  // run --repair DIR/repair.json runs the chosen policy: what --repair POLICY gives.
+  const auto run = [&](const std::string& repair) {
+    const fs::path report = dir.path / "run.json";
+    const testing::ProcessResult p =
+        choreo(dir, {"run", wf, "--no-store", "--repair", repair, "--json", report.string()});
+    CAPTURE(p.err);
+    REQUIRE(p.exit_code == 0);
+    json messages = read_json(report)["messages"];
+    for (json& m : messages)  // times differ between any two runs
+      for (const char* key : {"load_ms", "total_ms", "ttft_ms"}) m.erase(key);
+    return messages;
+  };
+  CHECK(run((out / "repair.json").string()) == run(cheapest));
+}
+
+TEST_CASE("choreo profile quality --sweep: flags that need it, or exclude it, exit 2") {
+  testing::ScratchDir dir;
+  std::ofstream(dir.path / "pair.yaml") << kPair;
+  std::ofstream(dir.path / "empty.json") << "{\"choreo_repair_policy\": 1}";
+  const std::string wf = (dir.path / "pair.yaml").string();
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  for (const Case& c : {Case{{"profile", "quality", wf, "--max-kl", "0.1"}, "--sweep"},
+                        Case{{"profile", "quality", wf, "-o", (dir.path / "o").string()}, "--sweep"},
+                        Case{{"profile", "quality", wf, "--sweep", "--repair", "first:2"}, "--repair"},
+                        Case{{"run", wf, "--repair", (dir.path / "empty.json").string()}, "no \"policy\""},
+                        Case{{"run", wf, "--repair", (dir.path / "missing.json").string()}, "missing.json"}}) {
+    const testing::ProcessResult r = choreo(dir, c.args);
+    CAPTURE(c.expected);
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(c.expected) != std::string::npos);
+  }
+}
+
 TEST_CASE("choreo --repair: a bad policy or one outside choreo mode exits 2 saying what is expected") {
   testing::ScratchDir dir;
   std::ofstream(dir.path / "pair.yaml") << kPair;
