@@ -117,7 +117,7 @@ std::vector<kernels::KvSegment> Engine::segments_for(Work& w, int bos_model) {
     // The call's own repaired copy of the parent (repair.cc), else the parent's pages; a released parent is
     // read by its record, while a child is recomputed.
     const std::vector<kernels::PageId>& pages = i < w.repaired.size() && w.repaired[i]
-                                                    ? w.repaired[i]->pages()
+                                                    ? w.repaired_pages[i]
                                                     : store_.record(v.message).pages.pages();
     const model::Model& weights = *models_[size_t(w.msg->model)].weights;
     if (v.delta != 0 && repositioning_ == Repositioning::KeyRerotation) {
@@ -357,9 +357,11 @@ std::vector<PrefillResult> Engine::prefill_batch(std::span<const PrefillRequest>
   for (size_t k = 0; k < works.size(); ++k)
     for (const PlacedView& v : works[k].views) tiers_.hold(v.message, held, &results[work_request[k]].stats);
   tiers_.prefetch_due();  // with this batch's parents held: the loads overlap its compute
+  std::vector<RepairJob> repairs;
   for (size_t k = 0; k < works.size(); ++k)
-    apply_repair(works[k], work_policy[k], &results[work_request[k]].stats,
-                 &results[work_request[k]].repaired);
+    repairs.push_back({&works[k], work_policy[k], &results[work_request[k]].stats,
+                       &results[work_request[k]].repaired});
+  apply_repairs(repairs);
   // The calls are independent and the kernels batch invariant, so a batch whose new pages would not fit in
   // half of T0 is encoded in parts that do; each part's messages can leave T0 while the next is encoded.
   const size_t part_pages = std::max<size_t>(1, store_.pool().budget_bytes() / store_.pool().page_bytes() / 2);
@@ -446,8 +448,10 @@ std::vector<DecodeResult> Engine::decode_batch(std::span<const DecodeRequest> re
   for (size_t i = 0; i < n; ++i)
     for (const PlacedView& v : works[i].views) tiers_.hold(v.message, held, &results[i].stats);
   tiers_.prefetch_due();  // with this batch's parents held: the loads overlap its generation
+  std::vector<RepairJob> repairs;
   for (size_t i = 0; i < n; ++i)
-    apply_repair(works[i], repair_policy(requests[i].repair), &results[i].stats, &results[i].repaired);
+    repairs.push_back({&works[i], repair_policy(requests[i].repair), &results[i].stats, &results[i].repaired});
+  apply_repairs(repairs);
 
   generate(requests, works, results, t0);
 

@@ -189,18 +189,32 @@ class Engine {
   // exactly the views before it, at their offsets, each exact itself, by this model, and placed where it was
   // encoded).
   std::vector<bool> inexact_views(std::span<const PlacedView> views, int model) const;
-  // Gives `w` its own repaired copies of its inexact views (Work::repaired) as `policy` says, and marks its
-  // message with the policy. Nothing when every view is exact or the policy is none.
-  void apply_repair(Work& w, const RepairPolicy& policy, CallStats* stats,
-                    std::vector<RepairedParent>* report);
-  // Runs layers `pass` of w's model for `rows` (sorted by view, then token): each recomputes its token's K/V
-  // in its view's copy, attending to the BOS, the views before its own and its own view's earlier tokens.
-  // `x_in`: each row's hidden state at the input of pass.first (dim floats a row), or null; `captured`, when
-  // given, receives each row's hidden state at the input of pass.end.
-  void repair_pass(Work& w, std::span<const RepairRow> rows, int first_layer, int end_layer,
-                   const float* x_in, std::vector<float>* captured);
-  // Per row: the squared distance between its token's K and V at `layer` in its view's copy and in the
-  // cached parent (float64).
+  // One call's repair: its work, its policy, and where to count and report what was recomputed (either may be
+  // null).
+  struct RepairJob {
+    Work* work = nullptr;
+    RepairPolicy policy;
+    CallStats* stats = nullptr;
+    std::vector<RepairedParent>* report = nullptr;
+  };
+  struct RepairState;
+  // Gives each job's work its own repaired copies of its inexact views (Work::repaired) as its policy says,
+  // and marks its message with the policy. Nothing for a job whose views are all exact or whose policy is
+  // none. Jobs of one model and one policy run their recomputation in the same forward passes; each job's
+  // choice (select:R's ranking) is its own, so a call's bits are the same alone or with others.
+  void apply_repairs(std::span<const RepairJob> jobs);
+  void apply_repair(Work& w, const RepairPolicy& policy, CallStats* stats, std::vector<RepairedParent>* report) {
+    const RepairJob job{&w, policy, stats, report};
+    apply_repairs(std::span<const RepairJob>(&job, 1));
+  }
+  // Runs layers [first_layer, end_layer) of the jobs' model for `rows` (sorted by job, view, then token): each
+  // recomputes its token's K/V in its view's copy, attending to the BOS, the views before its own and its own
+  // view's earlier tokens. `x_in`: each row's hidden state at the input of first_layer (dim floats a row), or
+  // null; `captured`, when given, receives each row's hidden state at the input of end_layer.
+  void repair_pass(std::span<const RepairJob> jobs, std::span<const RepairRow> rows, int first_layer,
+                   int end_layer, const float* x_in, std::vector<float>* captured);
+  // Per row (all of one job's work `w`): the squared distance between its token's K and V at `layer` in its
+  // view's copy and in the cached parent (float64).
   std::vector<double> repair_deviation(const Work& w, std::span<const RepairRow> rows, int layer) const;
   // The E-cache layers a new message of `model` saves, for the plans to the models that will read it.
   std::vector<int> e_layers_for(int model, const std::optional<std::vector<int>>& read_by) const;

@@ -31,10 +31,15 @@ struct Engine::Work {
   // Per view: the call's own copy of that parent's pages, with the K/V its repair policy recomputed (null:
   // the parent's pages, as cached; empty: no view repaired). runtime/engine/repair.cc.
   std::vector<std::unique_ptr<kv::PageList>> repaired;
+  // Per view repaired: the pages the call reads it from, the copy's and then the parent's own after the
+  // copy's (a policy that recomputes only the first tokens copies only their pages).
+  std::vector<std::vector<kernels::PageId>> repaired_pages;
 };
 
-/// One token of a repaired view that a repair pass recomputes: views[view], token `token` of it.
+/// One token of a repaired view that a repair pass recomputes: of the pass's jobs[job], views[view], token
+/// `token` of it.
 struct Engine::RepairRow {
+  size_t job = 0;
   size_t view = 0;
   int token = 0;
 };

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <map>
 #include <numeric>
 
@@ -72,107 +73,167 @@ std::vector<bool> Engine::inexact_views(std::span<const PlacedView> views, int m
   return inexact;
 }
 
-void Engine::apply_repair(Work& w, const RepairPolicy& policy, CallStats* stats,
-                          std::vector<RepairedParent>* report) {
-  if (policy.none()) return;
-  const std::vector<bool> inexact = inexact_views(w.views, w.msg->model);
+// One job's part of apply_repairs: every token of every view it repairs, and per token, the layers [0, n)
+// recomputed so far; for select:R, the tokens still chosen and their hidden states.
+struct Engine::RepairState {
+  std::vector<RepairRow> all;   // by view, then token
+  std::vector<int> layers;      // per row of `all`
+  std::vector<size_t> chosen;   // indices into `all`, ascending
+  std::vector<RepairRow> rows;  // all[chosen[k]]
+  std::vector<float> hidden;    // per chosen row: its hidden state at the input of the next pass
+};
+
+void Engine::apply_repairs(std::span<const RepairJob> jobs) {
   kv::PagePool& pool = store_.pool();
-  std::vector<RepairRow> all;  // every token of every view repaired, by view then token
-  w.repaired.clear();
-  w.repaired.resize(w.views.size());
-  for (size_t i = 0; i < w.views.size(); ++i) {
-    const PlacedView& v = w.views[i];
-    if (!inexact[i] || v.n_tokens == 0) continue;
-    const kv::Message& parent = store_.record(v.message);
-    auto copy = std::make_unique<kv::PageList>(pool);
-    copy->reserve(v.n_tokens);
-    for (size_t p = 0; p < copy->pages().size(); ++p)
-      pool.backend().copy_page(copy->pages()[p], parent.pages.pages()[p], {0, pool.page_bytes()});
-    w.repaired[i] = std::move(copy);
-    for (int t = 0; t < v.n_tokens; ++t) all.push_back({i, t});
-  }
-  if (all.empty()) {
+  std::vector<RepairState> state(jobs.size());
+  // Per (model, policy): the jobs that run their passes together.
+  std::map<std::pair<int, uint64_t>, std::vector<size_t>> groups;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const RepairJob& job = jobs[j];
+    if (job.policy.none()) continue;
+    Work& w = *job.work;
+    const std::vector<bool> inexact = inexact_views(w.views, w.msg->model);
     w.repaired.clear();
-    return;
+    w.repaired.resize(w.views.size());
+    w.repaired_pages.clear();
+    w.repaired_pages.resize(w.views.size());
+    for (size_t i = 0; i < w.views.size(); ++i) {
+      const PlacedView& v = w.views[i];
+      if (!inexact[i] || v.n_tokens == 0) continue;
+      // Only the pages holding tokens the policy recomputes are copied (first:K: the first K tokens'); the
+      // call reads the parent's own pages after them.
+      const int touched = job.policy.kind == RepairPolicy::Kind::First ? std::min(v.n_tokens, job.policy.first_tokens)
+                                                                       : v.n_tokens;
+      const std::vector<kernels::PageId>& cached = store_.record(v.message).pages.pages();
+      auto copy = std::make_unique<kv::PageList>(pool);
+      copy->reserve(touched);
+      for (size_t p = 0; p < copy->pages().size(); ++p)
+        pool.backend().copy_page(copy->pages()[p], cached[p], {0, pool.page_bytes()});
+      std::vector<kernels::PageId>& pages = w.repaired_pages[i];
+      pages = copy->pages();
+      pages.insert(pages.end(), cached.begin() + std::ptrdiff_t(copy->pages().size()),
+                   cached.begin() + std::ptrdiff_t(pool.layout().pages_for(size_t(v.n_tokens))));
+      w.repaired[i] = std::move(copy);
+      for (int t = 0; t < v.n_tokens; ++t) state[j].all.push_back({j, i, t});
+    }
+    if (state[j].all.empty()) {
+      w.repaired.clear();
+      w.repaired_pages.clear();
+      continue;
+    }
+    w.msg->repair = job.policy.tag();
+    state[j].layers.assign(state[j].all.size(), 0);
+    groups[{w.msg->model, job.policy.tag()}].push_back(j);
   }
-  w.msg->repair = policy.tag();
-  const model::Model& weights = *models_[size_t(w.msg->model)].weights;
-  const int n_layers = weights.config().n_layers;
-  const size_t dim = size_t(weights.config().dim);
-  std::vector<int> layers(all.size(), 0);  // per token of `all`: recomputed at layers [0, n)
-  if (policy.kind == RepairPolicy::Kind::First) {
-    std::vector<RepairRow> rows;
-    std::vector<size_t> at;
-    for (size_t k = 0; k < all.size(); ++k)
-      if (all[k].token < policy.first_tokens) {
-        rows.push_back(all[k]);
-        at.push_back(k);
-      }
-    repair_pass(w, rows, 0, n_layers, nullptr, nullptr);
-    for (size_t k : at) layers[k] = n_layers;
-  } else {
+  for (const auto& [key, members] : groups) {
+    const RepairPolicy policy = RepairPolicy::from_tag(key.second);
+    const int n_layers = models_[size_t(key.first)].weights->config().n_layers;
+    const size_t dim = size_t(models_[size_t(key.first)].weights->config().dim);
+    if (policy.kind == RepairPolicy::Kind::First) {
+      std::vector<RepairRow> rows;
+      for (size_t j : members)
+        for (size_t k = 0; k < state[j].all.size(); ++k)
+          if (state[j].all[k].token < policy.first_tokens) {
+            rows.push_back(state[j].all[k]);
+            state[j].layers[k] = n_layers;
+          }
+      repair_pass(jobs, rows, 0, n_layers, nullptr, nullptr);
+      continue;
+    }
+    // select:R. Every pass runs the members' chosen rows together; each member narrows its own set.
     const double r = policy.select_fraction;
-    std::vector<size_t> chosen(all.size());  // indices into `all`, ascending
-    std::iota(chosen.begin(), chosen.end(), size_t(0));
-    std::vector<RepairRow> rows = all;
-    std::vector<float> hidden;  // per chosen token: its hidden state at the input of `layer`
+    for (size_t j : members) {
+      RepairState& st = state[j];
+      st.chosen.resize(st.all.size());
+      std::iota(st.chosen.begin(), st.chosen.end(), size_t(0));
+      st.rows = st.all;
+    }
+    const auto run_pass = [&](int first, int end) {
+      std::vector<RepairRow> rows;
+      std::vector<float> x_in;
+      for (size_t j : members) {
+        rows.insert(rows.end(), state[j].rows.begin(), state[j].rows.end());
+        x_in.insert(x_in.end(), state[j].hidden.begin(), state[j].hidden.end());
+      }
+      std::vector<float> captured;
+      repair_pass(jobs, rows, first, end, first == 0 ? nullptr : x_in.data(),
+                  end < n_layers ? &captured : nullptr);
+      size_t at = 0;
+      for (size_t j : members) {
+        RepairState& st = state[j];
+        for (size_t k : st.chosen) st.layers[k] = end;
+        if (end < n_layers)
+          st.hidden.assign(captured.begin() + std::ptrdiff_t(at * dim),
+                           captured.begin() + std::ptrdiff_t((at + st.rows.size()) * dim));
+        else
+          st.hidden.clear();
+        at += st.rows.size();
+      }
+    };
     int layer = std::min(2, n_layers);
-    repair_pass(w, rows, 0, layer, nullptr, layer < n_layers ? &hidden : nullptr);
-    std::fill(layers.begin(), layers.end(), layer);
+    run_pass(0, layer);
     while (layer < n_layers) {
-      const size_t keep = std::min(chosen.size(), count_of(select_fraction_at(layer, r), all.size()));
-      if (keep < chosen.size()) {
-        // The tokens whose K/V at the layer before deviate most from the cached ones go on (ties: the
-        // earlier token first).
-        const std::vector<double> deviation = repair_deviation(w, rows, layer - 1);
-        std::vector<size_t> order(chosen.size());
+      for (size_t j : members) {
+        RepairState& st = state[j];
+        const size_t keep = std::min(st.chosen.size(), count_of(select_fraction_at(layer, r), st.all.size()));
+        if (keep == st.chosen.size()) continue;
+        // The tokens whose K/V at the layer before deviate most from the cached ones go on (ties: the earlier
+        // token first).
+        const std::vector<double> deviation = repair_deviation(*jobs[j].work, st.rows, layer - 1);
+        std::vector<size_t> order(st.chosen.size());
         std::iota(order.begin(), order.end(), size_t(0));
         std::stable_sort(order.begin(), order.end(),
                          [&](size_t a, size_t b) { return deviation[a] > deviation[b]; });
         order.resize(keep);
         std::sort(order.begin(), order.end());
-        std::vector<size_t> next_chosen;
-        std::vector<RepairRow> next_rows;
-        std::vector<float> next_hidden;
+        std::vector<size_t> chosen;
+        std::vector<RepairRow> rows;
+        std::vector<float> hidden;
         for (size_t o : order) {
-          next_chosen.push_back(chosen[o]);
-          next_rows.push_back(rows[o]);
-          next_hidden.insert(next_hidden.end(), hidden.begin() + std::ptrdiff_t(o * dim),
-                             hidden.begin() + std::ptrdiff_t((o + 1) * dim));
+          chosen.push_back(st.chosen[o]);
+          rows.push_back(st.rows[o]);
+          hidden.insert(hidden.end(), st.hidden.begin() + std::ptrdiff_t(o * dim),
+                        st.hidden.begin() + std::ptrdiff_t((o + 1) * dim));
         }
-        chosen = std::move(next_chosen);
-        rows = std::move(next_rows);
-        hidden = std::move(next_hidden);
+        st.chosen = std::move(chosen);
+        st.rows = std::move(rows);
+        st.hidden = std::move(hidden);
       }
       const int end = layer >= kLastNarrowedLayer ? n_layers : layer + 1;
-      std::vector<float> next;
-      repair_pass(w, rows, layer, end, hidden.data(), end < n_layers ? &next : nullptr);
-      for (size_t k : chosen) layers[k] = end;
-      hidden = std::move(next);
+      run_pass(layer, end);
       layer = end;
     }
   }
-  int64_t token_layers = 0;
-  for (int n : layers) token_layers += n;
-  const int repaired = int((token_layers + n_layers - 1) / n_layers);
-  if (stats) {
-    stats->n_repaired += repaired;
-    stats->n_computed += repaired;
-    stats->n_reused -= repaired;
-  }
-  if (report)
-    for (size_t k = 0; k < all.size(); ++k) {
-      if (k == 0 || all[k].view != all[k - 1].view) report->push_back({w.views[all[k].view].message, {}});
-      report->back().layers.push_back(layers[k]);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const RepairState& st = state[j];
+    if (st.all.empty()) continue;
+    const RepairJob& job = jobs[j];
+    const int n_layers = models_[size_t(job.work->msg->model)].weights->config().n_layers;
+    int64_t token_layers = 0;
+    for (int n : st.layers) token_layers += n;
+    const int repaired = int((token_layers + n_layers - 1) / n_layers);
+    if (job.stats) {
+      job.stats->n_repaired += repaired;
+      job.stats->n_computed += repaired;
+      job.stats->n_reused -= repaired;
     }
+    if (job.report)
+      for (size_t k = 0; k < st.all.size(); ++k) {
+        if (k == 0 || st.all[k].view != st.all[k - 1].view)
+          job.report->push_back({job.work->views[st.all[k].view].message, {}});
+        job.report->back().layers.push_back(st.layers[k]);
+      }
+  }
 }
 
-void Engine::repair_pass(Work& w, std::span<const RepairRow> rows, int first_layer, int end_layer,
-                         const float* x_in, std::vector<float>* captured) {
-  const EngineModel& on = models_[size_t(w.msg->model)];
+void Engine::repair_pass(std::span<const RepairJob> jobs, std::span<const RepairRow> rows, int first_layer,
+                         int end_layer, const float* x_in, std::vector<float>* captured) {
+  if (rows.empty()) return;
+  const int model = jobs[rows.front().job].work->msg->model;
+  const EngineModel& on = models_[size_t(model)];
   const model::Model& weights = *on.weights;
   const size_t dim = size_t(weights.config().dim);
-  const kv::MessageId bos = bos_[size_t(w.msg->model)];
+  const kv::MessageId bos = bos_[size_t(model)];
   if (captured) captured->assign(rows.size() * dim, 0.0f);
   // Passes of at most max_batch_ rows, in order: a later pass reads what the earlier ones wrote, as a prompt
   // encoded in steps does.
@@ -183,9 +244,12 @@ void Engine::repair_pass(Work& w, std::span<const RepairRow> rows, int first_lay
     batch_.first_layer = first_layer;
     batch_.end_layer = end_layer;
     for (size_t i = begin; i < end;) {
-      // One group: consecutive tokens of one view.
+      // One group: consecutive tokens of one view of one job.
       size_t j = i + 1;
-      while (j < end && rows[j].view == rows[i].view && rows[j].token == rows[j - 1].token + 1) ++j;
+      while (j < end && rows[j].job == rows[i].job && rows[j].view == rows[i].view &&
+             rows[j].token == rows[j - 1].token + 1)
+        ++j;
+      const Work& w = *jobs[rows[i].job].work;
       const PlacedView& v = w.views[rows[i].view];
       const kv::Message& parent = store_.record(v.message);
       const kv::PageList& copy = *w.repaired[rows[i].view];
@@ -204,10 +268,10 @@ void Engine::repair_pass(Work& w, std::span<const RepairRow> rows, int first_lay
       for (size_t p = 0; p < rows[i].view; ++p) {
         const PlacedView& before = w.views[p];
         const std::vector<kernels::PageId>& pages =
-            w.repaired[p] ? w.repaired[p]->pages() : store_.record(before.message).pages.pages();
+            w.repaired[p] ? w.repaired_pages[p] : store_.record(before.message).pages.pages();
         g.segments.push_back({pages, before.n_tokens, before.delta - v.delta, -1});
       }
-      g.segments.push_back({copy.pages(), rows[j - 1].token + 1, 0, rows[i].token});
+      g.segments.push_back({w.repaired_pages[rows[i].view], rows[j - 1].token + 1, 0, rows[i].token});
       g.lora = on.lora.empty() ? nullptr : &on.lora;
       batch_.groups.push_back(std::move(g));
       i = j;
@@ -239,7 +303,7 @@ std::vector<double> Engine::repair_deviation(const Work& w, std::span<const Repa
   for (const RepairRow& row : rows) {
     if (host.contains(row.view)) continue;
     Pages& h = host[row.view];
-    const std::vector<kernels::PageId>& repaired = w.repaired[row.view]->pages();
+    const std::vector<kernels::PageId>& repaired = w.repaired_pages[row.view];
     const std::vector<kernels::PageId>& cached = store_.record(w.views[row.view].message).pages.pages();
     h.repaired.resize(repaired.size() * one.page_bytes());
     h.cached.resize(repaired.size() * one.page_bytes());

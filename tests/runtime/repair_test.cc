@@ -189,6 +189,8 @@ TEST_CASE(
   Reference ref;
   const int k = 5;
   REQUIRE(int(ref.b.size()) > 2 * k);
+  // B spans two pages of 16 tokens: the call copies the first (its first k tokens) and reads B's own second.
+  REQUIRE(ref.b.size() > 16);
   // B's first k tokens recomputed in B's own frame, everything before it shifted back by B's delta; the rest
   // of B as cached.
   const ReferenceModel::Encoding fresh =
