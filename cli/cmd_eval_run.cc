@@ -92,6 +92,7 @@ eval::EvalSettings eval_settings(const EvalRunOptions& o) {
   settings.cache_bytes = *engine.t0_bytes;
   settings.tiers = engine.tiers;
   settings.stores = engine.stores;
+  settings.repair = engine.repair;
   return settings;
 }
 
@@ -215,7 +216,8 @@ void add_eval_run(CLI::App& eval_group) {
   add_pairs_option(cmd, "--param", o->params, "override a workflow param for every row, KEY=VALUE (repeatable)");
   cmd.add_flag("--no-leak", o->no_leak, "re-encode parents carrying other agents' private messages");
   o->engine.add(cmd, EngineFlags::kModel | EngineFlags::kLora | EngineFlags::kKv | EngineFlags::kCache |
-                        EngineFlags::kTiers | EngineFlags::kRedis | EngineFlags::kStore);
+                        EngineFlags::kTiers | EngineFlags::kRedis | EngineFlags::kStore |
+                        EngineFlags::kRepair);
   add_max_steps_option(cmd, o->max_steps);
   cmd.add_flag("--json", o->json, "print the closing summary as JSON");
   cmd.add_flag("--fsync", o->sync,

@@ -30,6 +30,7 @@ struct QualityFlags {
   EngineFlags engine;
   int64_t max_steps = dsl::kDefaultMaxSteps;
   bool sweep = false;
+  std::string finetuned;
   std::string out_dir;
   std::optional<double> max_kl;
 };
@@ -113,6 +114,9 @@ void run_quality(QualityFlags& f) {
       check_writable((std::filesystem::path(f.out_dir) / "sweep.md").string(), "-o");
     }
     o.variants = eval::policy_variants(eval::sweep_policies());
+  } else if (!f.finetuned.empty()) {
+    const RepairPolicy policy = std::exchange(o.engine.repair, std::nullopt).value_or(RepairPolicy{});
+    o.variants = eval::finetune_variants({f.finetuned, 1.0f}, policy);
   } else if (o.engine.repair) {
     o.variants = eval::repair_variants(*std::exchange(o.engine.repair, std::nullopt));
   }
@@ -158,6 +162,12 @@ void register_profile_quality(CLI::App& profile) {
                   "policy (repair.json, which `choreo run --repair DIR/repair.json` reads) into this directory")
       ->needs(sweep);
   sweep->excludes(cmd->get_option("--repair"));
+  cmd->add_option("--finetuned", f->finetuned,
+                  "compare choreo mode with this adapter (from `choreo finetune`) over the run's model against "
+                  "the model's own exact baseline: none, adapter, and with --repair POLICY also POLICY and "
+                  "adapter+POLICY")
+      ->check(CLI::ExistingFile)
+      ->excludes(sweep);
   cmd->callback([f] { run_quality(*f); });
 }
 

@@ -156,6 +156,18 @@ std::vector<QualityVariant> repair_variants(const RepairPolicy& policy) {
   return out;
 }
 
+std::vector<QualityVariant> finetune_variants(const runtime::AdapterFile& adapter, const RepairPolicy& policy) {
+  std::vector<QualityVariant> out = repair_variants(RepairPolicy{});
+  out.resize(1);  // none
+  out.push_back({"adapter", out[0].configure, {adapter}});
+  if (!policy.none()) {
+    const std::vector<QualityVariant> repaired = repair_variants(policy);
+    out.push_back(repaired[1]);
+    out.push_back({"adapter+" + policy.name(), repaired[1].configure, {adapter}});
+  }
+  return out;
+}
+
 QualityInstance compare_instance(const dsl::Workflow& workflow, runtime::Engine& baseline,
                                  std::span<runtime::Engine* const> variants,
                                  const exec::RunArguments& arguments) {
@@ -232,6 +244,28 @@ QualityProfile profile_quality(const dsl::Workflow& workflow, const QualityOptio
   model_options.add_models = exec::workflow_models_adder(workflow);
   const std::shared_ptr<runtime::LoadedModels> loaded = runtime::load_models(model_options);
   runtime::warm_up(loaded->models(), o.engine.page_tokens);
+  // Per variant, the models it runs on: the run's, or with the variant's adapters over them (loaded once per
+  // list of adapters).
+  std::vector<std::shared_ptr<runtime::LoadedModels>> variant_models;
+  for (const QualityVariant& v : o.variants) {
+    std::shared_ptr<runtime::LoadedModels> models = loaded;
+    if (!v.adapters.empty()) {
+      for (size_t u = 0; u < variant_models.size() && models == loaded; ++u)
+        if (o.variants[u].adapters.size() == v.adapters.size() &&
+            std::equal(v.adapters.begin(), v.adapters.end(), o.variants[u].adapters.begin(),
+                       [](const runtime::AdapterFile& a, const runtime::AdapterFile& b) {
+                         return a.path == b.path && a.scale == b.scale;
+                       }))
+          models = variant_models[u];
+      if (models == loaded) {
+        runtime::ModelOptions with = model_options;
+        with.adapters.insert(with.adapters.end(), v.adapters.begin(), v.adapters.end());
+        models = runtime::load_models(with);
+        runtime::warm_up(models->models(), o.engine.page_tokens);
+      }
+    }
+    variant_models.push_back(models);
+  }
   runtime::EngineOptions baseline_options = o.engine;
   baseline_options.mode = runtime::Mode::Prefix;
   baseline_options.repair.reset();  // exact: nothing to repair
@@ -246,11 +280,11 @@ QualityProfile profile_quality(const dsl::Workflow& workflow, const QualityOptio
         const std::unique_ptr<runtime::OpenedEngine> baseline = runtime::open_engine(loaded, baseline_options);
         std::vector<std::unique_ptr<runtime::OpenedEngine>> opened;
         std::vector<runtime::Engine*> engines;
-        for (const QualityVariant& v : o.variants) {
+        for (size_t v = 0; v < o.variants.size(); ++v) {
           runtime::EngineOptions options = o.engine;
           options.mode = runtime::Mode::Choreo;
-          if (v.configure) v.configure(options);
-          opened.push_back(runtime::open_engine(loaded, options));
+          if (o.variants[v].configure) o.variants[v].configure(options);
+          opened.push_back(runtime::open_engine(variant_models[v], options));
           engines.push_back(&opened.back()->engine());
         }
         if (round == 0) {

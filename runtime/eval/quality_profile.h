@@ -25,11 +25,19 @@ namespace choreo::eval {
 struct QualityVariant {
   std::string name = "choreo";
   std::function<void(runtime::EngineOptions&)> configure;
+  /// Adapters stacked over the run's model for this variant only (the baseline and the other variants run
+  /// the model as given): an adapter from `choreo finetune`, compared with the exact baseline of the model
+  /// it was trained for.
+  std::vector<runtime::AdapterFile> adapters;
 };
 
 /// The variants `profile quality --repair POLICY` compares: choreo mode with no repair ("none") and with
 /// `policy` (named by RepairPolicy::name), each for every call, over what the workflow's `repair:` keys say.
 std::vector<QualityVariant> repair_variants(const RepairPolicy& policy);
+
+/// The variants `profile quality --finetuned ADAPTER` compares: none, the adapter, and with `policy` (unless
+/// none) the policy and both (named "adapter", POLICY and "adapter+POLICY").
+std::vector<QualityVariant> finetune_variants(const runtime::AdapterFile& adapter, const RepairPolicy& policy);
 
 /// One variant's run of one instance, compared with the baseline.
 struct VariantRun {

@@ -168,6 +168,9 @@ std::string models_fingerprint(const model::Model& model, const EvalSettings& se
   }
   parts.push_back(uint64_t(settings.k_type));
   parts.push_back(uint64_t(settings.v_type));
+  // A repair policy changes choreo mode's results: a file is resumed only under the same one (none, or no
+  // --repair, keeps the fingerprint of a run before repair existed).
+  if (settings.repair && !settings.repair->none()) parts.push_back(settings.repair->tag());
   return fmt::format("{:016x}", XXH3_64bits(parts.data(), parts.size() * sizeof(uint64_t)));
 }
 
@@ -180,8 +183,8 @@ void check_resumed_models(const std::vector<ResultRow>& existing, const std::str
         fmt::format("results file '{}' was made with other models: row '{}' ({}) has models_xxh3 {}, this run's "
                     "models and KV cache types give {}",
                     path, r.id, r.mode, it->get<std::string>(), fingerprint),
-        "resume with the same -m, --lora/--lora-scaled, workflow `models:` and --cache-type-k/-v, or write to "
-        "another --out");
+        "resume with the same -m, --lora/--lora-scaled, workflow `models:`, --cache-type-k/-v and --repair, or "
+        "write to another --out");
   }
 }
 
@@ -240,6 +243,7 @@ EvalReport run_eval(const dsl::Workflow& workflow, const model::Model& model,
     options.t0_bytes = settings.cache_bytes;
     options.tiers = settings.tiers;
     options.stores = settings.stores;  // choreo mode only
+    if (mode == runtime::Mode::Choreo) options.repair = settings.repair;
     const std::unique_ptr<runtime::OpenedEngine> opened = runtime::open_engine(models, options);
     runtime::Engine& engine = opened->engine();
     std::optional<exec::LeakGuard> guard;
@@ -257,6 +261,7 @@ EvalReport run_eval(const dsl::Workflow& workflow, const model::Model& model,
             try {
               result = make_result(p, mode, exec::run_workflow(workflow, sink, p.arguments));
               result->extra["models_xxh3"] = fingerprint;
+              if (options.repair && !options.repair->none()) result->extra["repair"] = options.repair->name();
             } catch (const std::bad_alloc&) {
               throw;  // not the row's failure: the scheduler reports it, and the run stops with exit 1
             } catch (...) {

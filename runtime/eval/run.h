@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/repair_policy.h"
 #include "dsl/workflow.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/open_engine.h"
@@ -45,6 +46,9 @@ struct EvalSettings {
   // `choreo encode` (written only by eviction, within tiers.disk_bytes), and a Redis T3. The baselines never
   // use them: they stand for serving without encodings kept across runs.
   runtime::StoreOptions stores;
+  // choreo mode's repair policy for every call (over the workflow's `repair:`; docs/profile.md "Repairing
+  // reused KV"); unset: the workflow's. The baselines re-encode every prompt: nothing to repair.
+  std::optional<RepairPolicy> repair;
 };
 
 /// A selected row made ready to run: the workflow's arguments and the metric that scores it.
