@@ -79,10 +79,12 @@ nlohmann::ordered_json run(const Served& served, const std::string& name, const 
       throw bad_body("inputs." + input.name.value,
                      fmt::format("workflow '{}' needs input '{}' ({})", name, input.name.value,
                                  dsl::value_type_name(input.type)));
-  for (const auto& [given, value] : arguments.inputs)
+  for (const auto& entry : arguments.inputs) {
+    const std::string& given = entry.first;  // a reference the lambda can capture (clang refuses a binding)
     if (std::none_of(workflow.inputs.begin(), workflow.inputs.end(),
                      [&](const dsl::Input& i) { return i.name.value == given; }))
       throw bad_body("inputs." + given, fmt::format("workflow '{}' has no input '{}'", name, given));
+  }
 
   std::vector<exec::InstanceOutcome> outcomes;
   {

@@ -125,7 +125,9 @@ void Engine::apply_repairs(std::span<const RepairJob> jobs) {
     state[j].layers.assign(state[j].all.size(), 0);
     groups[{w.msg->model, job.policy.tag()}].push_back(j);
   }
-  for (const auto& [key, members] : groups) {
+  for (const auto& group : groups) {
+    const std::pair<int, uint64_t>& key = group.first;
+    const std::vector<size_t>& members = group.second;  // a reference the lambda below can capture (clang)
     const RepairPolicy policy = RepairPolicy::from_tag(key.second);
     const int n_layers = models_[size_t(key.first)].weights->config().n_layers;
     const size_t dim = size_t(models_[size_t(key.first)].weights->config().dim);
