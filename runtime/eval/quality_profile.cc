@@ -149,22 +149,25 @@ void summarize_time(const std::vector<QualityInstance>& instances, size_t varian
 
 }  // namespace
 
-std::vector<QualityVariant> repair_variants(const RepairPolicy& policy) {
+std::vector<QualityVariant> policy_variants(std::span<const RepairPolicy> policies) {
   std::vector<QualityVariant> out;
-  for (const RepairPolicy& p : {RepairPolicy{}, policy})
+  for (const RepairPolicy& p : policies)
     out.push_back({p.name(), [p](runtime::EngineOptions& options) { options.repair = p; }});
   return out;
 }
 
+std::vector<QualityVariant> repair_variants(const RepairPolicy& policy) {
+  const RepairPolicy both[] = {RepairPolicy{}, policy};
+  return policy_variants(both);
+}
+
 std::vector<QualityVariant> finetune_variants(const runtime::AdapterFile& adapter, const RepairPolicy& policy) {
-  std::vector<QualityVariant> out = repair_variants(RepairPolicy{});
-  out.resize(1);  // none
-  out.push_back({"adapter", out[0].configure, {adapter}});
-  if (!policy.none()) {
-    const std::vector<QualityVariant> repaired = repair_variants(policy);
-    out.push_back(repaired[1]);
-    out.push_back({"adapter+" + policy.name(), repaired[1].configure, {adapter}});
-  }
+  std::vector<QualityVariant> out = repair_variants(policy);  // none, policy
+  out.insert(out.begin() + 1, {"adapter", out[0].configure, {adapter}});
+  if (policy.none())
+    out.pop_back();
+  else
+    out.push_back({"adapter+" + policy.name(), out[2].configure, {adapter}});
   return out;
 }
 

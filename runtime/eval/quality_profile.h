@@ -31,6 +31,10 @@ struct QualityVariant {
   std::vector<runtime::AdapterFile> adapters;
 };
 
+/// One compared variant of choreo mode per policy (named by RepairPolicy::name), each for every call, over
+/// what the workflow's `repair:` keys say.
+std::vector<QualityVariant> policy_variants(std::span<const RepairPolicy> policies);
+
 /// The variants `profile quality --repair POLICY` compares: choreo mode with no repair ("none") and with
 /// `policy` (named by RepairPolicy::name), each for every call, over what the workflow's `repair:` keys say.
 std::vector<QualityVariant> repair_variants(const RepairPolicy& policy);

@@ -54,13 +54,6 @@ std::vector<RepairPolicy> sweep_policies() {
   return out;
 }
 
-std::vector<QualityVariant> policy_variants(std::span<const RepairPolicy> policies) {
-  std::vector<QualityVariant> out;
-  for (const RepairPolicy& p : policies)
-    out.push_back({p.name(), [p](runtime::EngineOptions& options) { options.repair = p; }});
-  return out;
-}
-
 std::vector<size_t> pareto_rows(std::span<const double> x, std::span<const double> kl) {
   std::vector<size_t> out;
   for (size_t i = 0; i < x.size(); ++i) {

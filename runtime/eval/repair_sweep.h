@@ -18,10 +18,6 @@ namespace choreo::eval {
 /// What --sweep compares: none, first:{1,4,16,64}, select:{0.05,0.15,0.3}.
 std::vector<RepairPolicy> sweep_policies();
 
-/// One compared variant of choreo mode per policy (named by RepairPolicy::name), each for every call, over
-/// what the workflow's `repair:` keys say.
-std::vector<QualityVariant> policy_variants(std::span<const RepairPolicy> policies);
-
 /// A range of per-round figures: their mean, smallest and largest.
 struct RoundRange {
   double mean = 0, min = 0, max = 0;
