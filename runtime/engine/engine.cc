@@ -177,17 +177,31 @@ void Engine::encode_on(const model::Model& weights, std::span<Work*> work, Layer
     w.msg->pages.reserve(int(w.msg->tokens.size()));
     parent_segs[i] = segments_for(w);
   }
+  // first:K's recomputation of the works' parents (repair.cc) rides in the first pass, ahead of the works' own
+  // rows: at every layer each row's K/V is written before any row attends. A pass that does not start from
+  // the token embeddings at layer 0 and run every layer, or rows that would not leave room for the works',
+  // run on their own first.
+  auto [repair_jobs, repair_rows] = take_pending_repairs(work);
+  const bool whole_pass = pass.first == 0 && (pass.end < 0 || pass.end == weights.config().n_layers) &&
+                          std::none_of(work.begin(), work.end(), [](const Work* w) { return w->x_in; });
+  if (!repair_rows.empty() && (!whole_pass || repair_rows.size() >= size_t(max_batch_))) {
+    repair_pass(repair_jobs, repair_rows, 0, weights.config().n_layers, nullptr, nullptr);
+    repair_rows.clear();
+  }
   for (;;) {
     batch_.clear();
     batch_.kv = store_.pool().layout();
     batch_.first_layer = pass.first;
     batch_.end_layer = pass.end;
     x_in_.clear();
+    const size_t n_repair = repair_rows.size();
+    add_repair_rows(repair_jobs, repair_rows);
+    repair_rows.clear();
     std::vector<std::pair<size_t, int>> taken;  // (work index, tokens taken this step)
     // Only candidates when every work with logits in this pass wants no more (as many as the most any wants).
     int top_k = 0;
     bool only_candidates = true;
-    int budget = max_batch_;
+    int budget = max_batch_ - int(n_repair);
     for (size_t i = 0; i < work.size() && budget > 0; ++i) {
       kv::Message& m = *work[i]->msg;
       int remaining = int(m.tokens.size()) - m.n_encoded;
@@ -221,7 +235,7 @@ void Engine::encode_on(const model::Model& weights, std::span<Work*> work, Layer
       }
       taken.push_back({i, k});
     }
-    if (taken.empty()) break;
+    if (batch_.size() == 0) break;
     if (!only_candidates) top_k = 0;
     const int per_row = top_k > 0 ? top_k : n_vocab;
     logits_.resize(batch_.logit_rows.size() * size_t(per_row));
@@ -239,7 +253,7 @@ void Engine::encode_on(const model::Model& weights, std::span<Work*> work, Layer
     }
     weights.forward(batch_, state_, logits_.data());
     size_t out = 0;
-    size_t row = 0;
+    size_t row = n_repair;  // the repair rows come first
     for (auto [i, k] : taken) {
       Work& w = *work[i];
       if (w.captured)  // rows for tokens [n_encoded, n_encoded + k), after what earlier steps captured

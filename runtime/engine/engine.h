@@ -213,6 +213,12 @@ class Engine {
   // null; `captured`, when given, receives each row's hidden state at the input of end_layer.
   void repair_pass(std::span<const RepairJob> jobs, std::span<const RepairRow> rows, int first_layer,
                    int end_layer, const float* x_in, std::vector<float>* captured);
+  // Appends `rows` to batch_ as repair_pass runs them: their tokens, positions, K/V slots and one attention
+  // group per run of consecutive tokens of one view, on the model (and adapters) of the row's work.
+  void add_repair_rows(std::span<const RepairJob> jobs, std::span<const RepairRow> rows);
+  // The pending first:K rows of `work` (Work::pending_repair), taken from them, as jobs and rows for
+  // add_repair_rows.
+  static std::pair<std::vector<RepairJob>, std::vector<RepairRow>> take_pending_repairs(std::span<Work*> work);
   // Per row (all of one job's work `w`): the squared distance between its token's K and V at `layer` in its
   // view's copy and in the cached parent (float64).
   std::vector<double> repair_deviation(const Work& w, std::span<const RepairRow> rows, int layer) const;

@@ -34,6 +34,10 @@ struct Engine::Work {
   // Per view repaired: the pages the call reads it from, the copy's and then the parent's own after the
   // copy's (a policy that recomputes only the first tokens copies only their pages).
   std::vector<std::vector<kernels::PageId>> repaired_pages;
+  // first:K's recomputation, not run yet: (view, token) of each repaired token, in order. The work's first
+  // encoding pass runs them with its own rows (Engine::encode_on), which write every row's K/V at a layer
+  // before any row attends, so the call reads them as recomputed at every layer, and no pass of their own.
+  std::vector<std::pair<size_t, int>> pending_repair;
 };
 
 /// One token of a repaired view that a repair pass recomputes: of the pass's jobs[job], views[view], token

@@ -1,7 +1,8 @@
 // Repairing reused KV without training (docs/profile.md, "Repairing reused KV"). A call that reads a cached
 // parent away from its exact prefix position attends to keys and values that were encoded without the parents
 // before it in the call. A repair policy recomputes some of that parent's tokens in the call's context:
-// - first:K (EPIC): the first K tokens of each such parent, at every layer;
+// - first:K (EPIC): the first K tokens of each such parent, at every layer, in the call's own first forward
+//   pass (Engine::encode_on);
 // - select:R (CacheBlend): every token of those parents at layers 0 and 1, then at each of layers 2, 3 and 4
 //   the tokens whose K/V at the layer before deviated most from the cached K/V (1.5 R, 1.25 R, then R of
 //   them), that last set at every later layer.
@@ -132,14 +133,13 @@ void Engine::apply_repairs(std::span<const RepairJob> jobs) {
     const int n_layers = models_[size_t(key.first)].weights->config().n_layers;
     const size_t dim = size_t(models_[size_t(key.first)].weights->config().dim);
     if (policy.kind == RepairPolicy::Kind::First) {
-      std::vector<RepairRow> rows;
+      // Left to the works' own first encoding pass (Work::pending_repair, Engine::encode_on).
       for (size_t j : members)
         for (size_t k = 0; k < state[j].all.size(); ++k)
           if (state[j].all[k].token < policy.first_tokens) {
-            rows.push_back(state[j].all[k]);
+            jobs[j].work->pending_repair.push_back({state[j].all[k].view, state[j].all[k].token});
             state[j].layers[k] = n_layers;
           }
-      repair_pass(jobs, rows, 0, n_layers, nullptr, nullptr);
       continue;
     }
     // select:R. Every pass runs the members' chosen rows together; each member narrows its own set.
@@ -231,11 +231,8 @@ void Engine::apply_repairs(std::span<const RepairJob> jobs) {
 void Engine::repair_pass(std::span<const RepairJob> jobs, std::span<const RepairRow> rows, int first_layer,
                          int end_layer, const float* x_in, std::vector<float>* captured) {
   if (rows.empty()) return;
-  const int model = jobs[rows.front().job].work->msg->model;
-  const EngineModel& on = models_[size_t(model)];
-  const model::Model& weights = *on.weights;
+  const model::Model& weights = *models_[size_t(jobs[rows.front().job].work->msg->model)].weights;
   const size_t dim = size_t(weights.config().dim);
-  const kv::MessageId bos = bos_[size_t(model)];
   if (captured) captured->assign(rows.size() * dim, 0.0f);
   // Passes of at most max_batch_ rows, in order: a later pass reads what the earlier ones wrote, as a prompt
   // encoded in steps does.
@@ -245,39 +242,7 @@ void Engine::repair_pass(std::span<const RepairJob> jobs, std::span<const Repair
     batch_.kv = store_.pool().layout();
     batch_.first_layer = first_layer;
     batch_.end_layer = end_layer;
-    for (size_t i = begin; i < end;) {
-      // One group: consecutive tokens of one view of one job.
-      size_t j = i + 1;
-      while (j < end && rows[j].job == rows[i].job && rows[j].view == rows[i].view &&
-             rows[j].token == rows[j - 1].token + 1)
-        ++j;
-      const Work& w = *jobs[rows[i].job].work;
-      const PlacedView& v = w.views[rows[i].view];
-      const kv::Message& parent = store_.record(v.message);
-      const kv::PageList& copy = *w.repaired[rows[i].view];
-      model::Batch::Group g;
-      g.q_begin = batch_.size();
-      for (size_t k = i; k < j; ++k) {
-        const int t = rows[k].token;
-        batch_.tokens.push_back(parent.tokens[size_t(t)]);
-        batch_.positions.push_back(parent.start_pos + t);
-        batch_.kv_page.push_back(copy.page_of(t));
-        batch_.kv_slot.push_back(copy.slot_of(t));
-      }
-      g.q_end = batch_.size();
-      // In the parent's frame, everything the call places before it sits v.delta positions earlier.
-      if (bos != kv::kNoMessage) g.segments.push_back({store_.get(bos).pages.pages(), 1, -v.delta, -1});
-      for (size_t p = 0; p < rows[i].view; ++p) {
-        const PlacedView& before = w.views[p];
-        const std::vector<kernels::PageId>& pages =
-            w.repaired[p] ? w.repaired_pages[p] : store_.record(before.message).pages.pages();
-        g.segments.push_back({pages, before.n_tokens, before.delta - v.delta, -1});
-      }
-      g.segments.push_back({w.repaired_pages[rows[i].view], rows[j - 1].token + 1, 0, rows[i].token});
-      g.lora = on.lora.empty() ? nullptr : &on.lora;
-      batch_.groups.push_back(std::move(g));
-      i = j;
-    }
+    add_repair_rows(jobs, rows.subspan(begin, end - begin));
     if (x_in) batch_.x_in = x_in + begin * dim;
     if (captured) {
       batch_.capture_layers = {end_layer};
@@ -286,6 +251,56 @@ void Engine::repair_pass(std::span<const RepairJob> jobs, std::span<const Repair
     weights.forward(batch_, state_, nullptr);
     begin = end;
   }
+}
+
+void Engine::add_repair_rows(std::span<const RepairJob> jobs, std::span<const RepairRow> rows) {
+  for (size_t i = 0; i < rows.size();) {
+    // One group: consecutive tokens of one view of one job.
+    size_t j = i + 1;
+    while (j < rows.size() && rows[j].job == rows[i].job && rows[j].view == rows[i].view &&
+           rows[j].token == rows[j - 1].token + 1)
+      ++j;
+    const Work& w = *jobs[rows[i].job].work;
+    const EngineModel& on = models_[size_t(w.msg->model)];
+    const kv::MessageId bos = bos_[size_t(w.msg->model)];
+    const PlacedView& v = w.views[rows[i].view];
+    const kv::Message& parent = store_.record(v.message);
+    const kv::PageList& copy = *w.repaired[rows[i].view];
+    model::Batch::Group g;
+    g.q_begin = batch_.size();
+    for (size_t k = i; k < j; ++k) {
+      const int t = rows[k].token;
+      batch_.tokens.push_back(parent.tokens[size_t(t)]);
+      batch_.positions.push_back(parent.start_pos + t);
+      batch_.kv_page.push_back(copy.page_of(t));
+      batch_.kv_slot.push_back(copy.slot_of(t));
+    }
+    g.q_end = batch_.size();
+    // In the parent's frame, everything the call places before it sits v.delta positions earlier.
+    if (bos != kv::kNoMessage) g.segments.push_back({store_.get(bos).pages.pages(), 1, -v.delta, -1});
+    for (size_t p = 0; p < rows[i].view; ++p) {
+      const PlacedView& before = w.views[p];
+      const std::vector<kernels::PageId>& pages =
+          w.repaired[p] ? w.repaired_pages[p] : store_.record(before.message).pages.pages();
+      g.segments.push_back({pages, before.n_tokens, before.delta - v.delta, -1});
+    }
+    g.segments.push_back({w.repaired_pages[rows[i].view], rows[j - 1].token + 1, 0, rows[i].token});
+    g.lora = on.lora.empty() ? nullptr : &on.lora;
+    batch_.groups.push_back(std::move(g));
+    i = j;
+  }
+}
+
+std::pair<std::vector<Engine::RepairJob>, std::vector<Engine::RepairRow>> Engine::take_pending_repairs(
+    std::span<Work*> work) {
+  std::pair<std::vector<RepairJob>, std::vector<RepairRow>> out;
+  for (Work* w : work) {
+    if (w->pending_repair.empty()) continue;
+    out.first.push_back({w, {}, nullptr, nullptr});
+    for (const auto& [view, token] : w->pending_repair) out.second.push_back({out.first.size() - 1, view, token});
+    w->pending_repair.clear();
+  }
+  return out;
 }
 
 std::vector<double> Engine::repair_deviation(const Work& w, std::span<const RepairRow> rows,

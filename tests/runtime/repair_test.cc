@@ -317,6 +317,40 @@ TEST_CASE("repair: every policy is batch invariant - a call's logits are the sam
 }
 
 TEST_CASE(
+    "repair first:K rides in the call's own first pass: the same bits as in passes of its own (an engine whose "
+    "batch cannot hold them)") {
+  // With max_batch 4 the recomputed rows (8 of each parent read out of place) do not fit beside the call's
+  // rows, so they run in passes of their own (the path every other policy takes); with 512 they ride in the
+  // call's first pass. A prefill over repaired parents, read by a later decode, and a batch of decodes.
+  const auto run = [&](int max_batch, std::vector<int>& n_repaired) {
+    Pool p;
+    Engine e(stories(), p.pool, runtime::Mode::Choreo, max_batch);
+    const kv::MessageId a = prefill(e, kA), b = prefill(e, kB), c = prefill(e, kC);
+    PrefillRequest q;
+    q.tokens = text(" They ran to the park.");
+    q.parents = {{c, {}, {}}, {b, {}, {}}};
+    q.repair = policy("first:8");
+    const runtime::PrefillResult pre = e.prefill(q);
+    n_repaired.push_back(pre.stats.n_repaired);
+    std::vector<DecodeRequest> batch = {decode_request({a, b}, policy("first:8")),
+                                        decode_request({b, a, c}, policy("first:8"), {}, 5),
+                                        decode_request({pre.id}, std::nullopt, {}, 4, " So")};
+    std::vector<std::vector<float>> logits;
+    for (const DecodeResult& r : e.decode_batch(batch)) {
+      logits.insert(logits.end(), r.logits.begin(), r.logits.end());
+      n_repaired.push_back(r.stats.n_repaired);
+    }
+    return logits;
+  };
+  std::vector<int> repaired_fused, repaired_own;
+  const auto fused = run(512, repaired_fused);
+  const auto own = run(4, repaired_own);
+  CHECK(bit_identical(fused, own));
+  CHECK(repaired_fused == repaired_own);
+  CHECK(repaired_fused == std::vector<int>{8, 8, 16, 0});
+}
+
+TEST_CASE(
     "repair with tiers: parents brought back from T1 and a repaired message recomputed give the same bits") {
   const size_t page_bytes = stories().kv_layout(16).page_bytes();
   const auto run = [&](size_t t0_pages, size_t t1_bytes, int& n_loaded, int& n_recomputed) {
