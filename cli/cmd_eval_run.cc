@@ -96,17 +96,27 @@ eval::EvalSettings eval_settings(const EvalRunOptions& o) {
   return settings;
 }
 
+/// Loads the run's models (-m, --lora, the workflow's `models:`) into `settings`, and refuses a results file
+/// whose rows other models, KV cache types or another --repair made.
+std::shared_ptr<runtime::LoadedModels> load_checked_models(const EvalRunOptions& o, const dsl::Workflow& workflow,
+                                                          eval::EvalSettings& settings,
+                                                          const eval::ResultsFile& existing,
+                                                          const std::string& out_path) {
+  runtime::ModelOptions model_options = o.engine.model_options();
+  model_options.add_models = exec::workflow_models_adder(workflow);
+  std::shared_ptr<runtime::LoadedModels> loaded = runtime::load_models(model_options);
+  settings.lora = &loaded->base_lora;
+  settings.models = &loaded->models();
+  eval::check_resumed_models(existing.rows, eval::models_fingerprint(loaded->model(), settings), out_path);
+  return loaded;
+}
+
 /// Loads the models and runs every pending (row, mode), showing progress on stderr.
 eval::EvalReport run_pending(const EvalRunOptions& o, const dsl::Workflow& workflow,
                              const std::vector<eval::PreparedRow>& rows, eval::EvalSettings settings,
                              const eval::ResultsFile& existing, const std::string& out_path, size_t n_pending,
                              eval::ResultWriter& writer) {
-  runtime::ModelOptions model_options = o.engine.model_options();
-  model_options.add_models = exec::workflow_models_adder(workflow);
-  const std::shared_ptr<runtime::LoadedModels> loaded = runtime::load_models(model_options);
-  settings.lora = &loaded->base_lora;
-  settings.models = &loaded->models();
-  eval::check_resumed_models(existing.rows, eval::models_fingerprint(loaded->model(), settings), out_path);
+  const std::shared_ptr<runtime::LoadedModels> loaded = load_checked_models(o, workflow, settings, existing, out_path);
   const bool terminal = isatty(STDERR_FILENO) != 0;
   eval::Progress progress(n_pending, terminal);
   auto say = [](const std::string& text) {
@@ -165,8 +175,15 @@ void run_eval_command(const EvalRunOptions& o) {
                n_pending, rows.size() * settings.modes.size() - n_pending);
   if (settings.stores.disk_dir)
     std::fprintf(stderr, "eval: choreo mode reads encodings from the store %s\n", settings.stores.disk_dir->c_str());
-  const eval::EvalReport report =
-      n_pending > 0 ? run_pending(o, workflow, rows, settings, existing, out_path, n_pending, writer) : eval::EvalReport{};
+  // With nothing to run, the file is still checked against this run's models before it is summarised as
+  // this run's.
+  eval::EvalReport report;
+  if (n_pending > 0) {
+    report = run_pending(o, workflow, rows, settings, existing, out_path, n_pending, writer);
+  } else if (!existing.rows.empty()) {
+    eval::EvalSettings checked = settings;
+    load_checked_models(o, workflow, checked, existing, out_path);
+  }
 
   // The summary covers this selection as the file now holds it: resumed rows and new ones alike, each
   // scored again from its prediction.

@@ -11,6 +11,8 @@
 #include <optional>
 #include <utility>
 
+#include <unistd.h>
+
 #include "cli/common.h"
 #include "cli/engine_flags.h"
 #include "common/atomic_file.h"
@@ -105,13 +107,19 @@ void run_quality(QualityFlags& f) {
   // --repair POLICY: two compared runs, without repair and with POLICY, whatever the workflow's `repair:`;
   // --sweep: one per policy of the sweep.
   if (f.sweep) {
+    // -o DIR is made when the sweep's files are written (a failed run leaves nothing), so it is checked
+    // now: an existing directory we can write into, or one whose nearest existing ancestor is.
     if (!f.out_dir.empty()) {
       std::error_code error;
-      std::filesystem::create_directories(f.out_dir, error);
-      if (error)
-        throw InputError(fmt::format("-o {}: cannot create the directory: {}", f.out_dir, error.message()),
+      std::filesystem::path existing = std::filesystem::absolute(f.out_dir, error);
+      while (!error && !std::filesystem::exists(existing, error) && existing.has_relative_path())
+        existing = existing.parent_path();
+      if (error || !std::filesystem::is_directory(existing, error) || ::access(existing.c_str(), W_OK) != 0)
+        throw InputError(fmt::format("-o {}: cannot make the directory ('{}' is not a writable directory)",
+                                     f.out_dir, existing.string()),
                          "give a directory that can be created, or an existing one");
-      check_writable((std::filesystem::path(f.out_dir) / "sweep.md").string(), "-o");
+      if (std::filesystem::exists(f.out_dir, error))
+        check_writable((std::filesystem::path(f.out_dir) / "sweep.md").string(), "-o");
     }
     o.variants = eval::policy_variants(eval::sweep_policies());
   } else if (!f.finetuned.empty()) {

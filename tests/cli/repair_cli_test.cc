@@ -160,6 +160,25 @@ TEST_CASE("choreo profile quality --sweep: flags that need it, or exclude it, ex
   }
 }
 
+TEST_CASE("choreo profile quality --sweep -o: a DIR that cannot be made exits 2 first; a failed run makes none") {
+  testing::ScratchDir dir;
+  std::ofstream(dir.path / "pair.yaml") << kPair;
+  std::ofstream(dir.path / "file") << "not a directory";
+  const std::string wf = (dir.path / "pair.yaml").string();
+  const testing::ProcessResult under_file =
+      choreo(dir, {"profile", "quality", wf, "--sweep", "-o", (dir.path / "file" / "sweep").string()});
+  CAPTURE(under_file.err);
+  CHECK(under_file.exit_code == 2);
+  CHECK(under_file.err.find("-o") != std::string::npos);
+  // The run fails on its inputs after -o was checked: the directory is not made.
+  const fs::path out = dir.path / "new" / "sweep";
+  const testing::ProcessResult failed = choreo(
+      dir, {"profile", "quality", wf, "--sweep", "-o", out.string(), "--inputs", (dir.path / "missing.jsonl").string()});
+  CAPTURE(failed.err);
+  CHECK(failed.exit_code == 2);
+  CHECK_FALSE(fs::exists(dir.path / "new"));
+}
+
 TEST_CASE("choreo --repair: a bad policy or one outside choreo mode exits 2 saying what is expected") {
   testing::ScratchDir dir;
   std::ofstream(dir.path / "pair.yaml") << kPair;

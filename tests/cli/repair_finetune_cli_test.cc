@@ -120,8 +120,14 @@ TEST_CASE("choreo eval --repair repairs choreo mode, records the policy, and res
       // b recomputed whole in c's context: greedy choreo gives the exact baseline's answer.
       CHECK(row["prediction"] == prefix[row["id"]]);
     }
-  // A row more to run, under another policy: refused before anything runs (with nothing left to run, resume
-  // only prints the file's summary, for this check as for the models').
+  // Resumed under another policy, with nothing left to run or a row more: refused (not summarised as this
+  // run's), the file left as it was; under the same policy, nothing left to run is a summary.
+  const testing::ProcessResult nothing_left = eval({"--repair", "first:2", "--resume"});
+  CHECK(nothing_left.exit_code == 2);
+  CHECK(nothing_left.err.find("--repair") != std::string::npos);
+  const testing::ProcessResult same = eval({"--repair", "first:100", "--resume"});
+  CAPTURE(same.err);
+  CHECK(same.exit_code == 0);
   std::ofstream(dir.path / "d.jsonl", std::ios::app) << "{\"id\": \"r3\", \"story\": \"A cat sat.\", \"answer\": \"cat\"}\n";
   const testing::ProcessResult other = eval({"--repair", "first:2", "--resume"});
   CHECK(other.exit_code == 2);
