@@ -160,7 +160,7 @@ TEST_CASE("choreo profile quality --sweep: flags that need it, or exclude it, ex
   }
 }
 
-TEST_CASE("choreo profile quality --sweep -o: a DIR that cannot be made exits 2 first; a failed run makes none") {
+TEST_CASE("choreo profile quality --sweep -o: a DIR that cannot be made exits 2 first, and a failed run makes none") {
   testing::ScratchDir dir;
   std::ofstream(dir.path / "pair.yaml") << kPair;
   std::ofstream(dir.path / "file") << "not a directory";
