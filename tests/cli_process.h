@@ -105,6 +105,15 @@ inline ProcessResult run_process(const std::string& binary, const std::vector<st
   return result;
 }
 
+/// Runs `choreo args... -m model` in `scratch` (its stdout and stderr captured there).
+inline ProcessResult run_choreo_on(const std::string& model, const ScratchDir& scratch, std::vector<std::string> args,
+                                   double timeout_seconds = 300) {
+  args.insert(args.end(), {"-m", model});
+  ProcessOptions options;
+  options.timeout_seconds = timeout_seconds;
+  return run_process(choreo_binary(), args, scratch.path, options);
+}
+
 /// An ending that is no crash and no hang: a normal exit with code 0, 1 or 2.
 inline bool ended_cleanly(const ProcessResult& r) { return r.exited && !r.timed_out && r.exit_code >= 0 && r.exit_code <= 2; }
 

@@ -200,7 +200,9 @@ class Engine {
   struct RepairState;
   // Gives each job's work its own repaired copies of its inexact views (Work::repaired) as its policy says,
   // and marks its message with the policy. Nothing for a job whose views are all exact or whose policy is
-  // none. Jobs of one model and one policy run their recomputation in the same forward passes; each job's
+  // none. first:K's rows are left pending on the work (Work::pending_repair) to ride in the call's own first
+  // forward pass (take_pending_repairs); a pass of their own (repair_pass) runs only when that pass cannot take
+  // them. Jobs of one model and one policy run their recomputation in the same forward passes; each job's
   // choice (select:R's ranking) is its own, so a call's bits are the same alone or with others.
   void apply_repairs(std::span<const RepairJob> jobs);
   void apply_repair(Work& w, const RepairPolicy& policy, CallStats* stats, std::vector<RepairedParent>* report) {

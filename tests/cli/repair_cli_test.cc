@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/cli_process.h"
@@ -37,8 +38,7 @@ json read_json(const fs::path& path) {
 }
 
 testing::ProcessResult choreo(const testing::ScratchDir& dir, std::vector<std::string> args) {
-  args.insert(args.end(), {"-m", testing::shared_file("models/stories260K.gguf")});
-  return testing::run_process(testing::choreo_binary(), args, dir.path);
+  return testing::run_choreo_on(testing::shared_file("models/stories260K.gguf"), dir, std::move(args));
 }
 
 TEST_CASE(

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/model/synth_lora.h"
@@ -36,10 +37,7 @@ output: "{{ c }}"
 )yaml";
 
 testing::ProcessResult choreo(const testing::ScratchDir& dir, std::vector<std::string> args) {
-  args.insert(args.end(), {"-m", testing::shared_file("models/stories260K.gguf")});
-  testing::ProcessOptions options;
-  options.timeout_seconds = 300;
-  return testing::run_process(testing::choreo_binary(), args, dir.path, options);
+  return testing::run_choreo_on(testing::shared_file("models/stories260K.gguf"), dir, std::move(args));
 }
 
 /// The workflow KL of each variant of a --json report, by name.
