@@ -14,9 +14,9 @@ import argparse
 import json
 
 
-def snippet(text, answer, window):
-    at = text.lower().find(answer.lower())
-    start, end = max(0, at - window), min(len(text), at + len(answer) + window)
+def around(text, at, length, window):
+    """text[at:at + length] with about `window` characters each side, widened to whole words."""
+    start, end = max(0, at - window), min(len(text), at + length + window)
     while start > 0 and not text[start - 1].isspace():
         start -= 1
     while end < len(text) and not text[end].isspace():
@@ -24,13 +24,23 @@ def snippet(text, answer, window):
     return text[start:end].strip()
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def snippet(text, answer, window):
+    return around(text, text.lower().find(answer.lower()), len(answer), window)
+
+
+def arguments(doc, train_items):
+    """The flags both row makers take: the MuSiQue file, the two outputs, the snippet window, the split."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("musique")
     ap.add_argument("--train", required=True)
     ap.add_argument("--heldout", required=True)
     ap.add_argument("--window", type=int, default=300)
-    ap.add_argument("--train-items", type=int, default=63)
+    ap.add_argument("--train-items", type=int, default=train_items)
+    return ap
+
+
+def main():
+    ap = arguments(__doc__, train_items=63)
     ap.add_argument("--pairs", type=int, default=4)
     a = ap.parse_args()
     items = []
