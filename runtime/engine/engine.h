@@ -209,6 +209,17 @@ class Engine {
     const RepairJob job{&w, policy, stats, report};
     apply_repairs(std::span<const RepairJob>(&job, 1));
   }
+  // apply_repairs' steps. A job's work gets a copy of the pages holding the tokens its policy recomputes, and
+  // `st` every token of the views it repairs (false: nothing to repair).
+  bool prepare_repair(const RepairJob& job, size_t j, RepairState& st);
+  // select:R for one group (`members`: the jobs of one model and one policy): layers 0 and 1 for every token,
+  // then passes over each job's set, narrowed by its own ranking, up to the last layer.
+  void select_repairs(std::span<const RepairJob> jobs, const std::vector<size_t>& members, int model,
+                      double r, std::vector<RepairState>& state);
+  // Keeps the `keep` rows of `st` whose K/V at `layer` deviate most (ties: the earlier token), in token order.
+  void narrow_repair(const Work& w, RepairState& st, int layer, size_t keep, size_t dim) const;
+  // What the job recomputed, counted in its stats and listed in its report.
+  void account_repair(const RepairJob& job, const RepairState& st) const;
   // Runs layers [first_layer, end_layer) of the jobs' model for `rows` (sorted by job, view, then token): each
   // recomputes its token's K/V in its view's copy, attending to the BOS, the views before its own and its own
   // view's earlier tokens. `x_in`: each row's hidden state at the input of first_layer (dim floats a row), or

@@ -85,147 +85,152 @@ struct Engine::RepairState {
 };
 
 void Engine::apply_repairs(std::span<const RepairJob> jobs) {
-  kv::PagePool& pool = store_.pool();
   std::vector<RepairState> state(jobs.size());
   // Per (model, policy): the jobs that run their passes together.
   std::map<std::pair<int, uint64_t>, std::vector<size_t>> groups;
   for (size_t j = 0; j < jobs.size(); ++j) {
-    const RepairJob& job = jobs[j];
-    if (job.policy.none()) continue;
-    Work& w = *job.work;
-    const std::vector<bool> inexact = inexact_views(w.views, w.msg->model);
-    w.repaired.clear();
-    w.repaired.resize(w.views.size());
-    w.repaired_pages.clear();
-    w.repaired_pages.resize(w.views.size());
-    for (size_t i = 0; i < w.views.size(); ++i) {
-      const PlacedView& v = w.views[i];
-      if (!inexact[i] || v.n_tokens == 0) continue;
-      // Only the pages holding tokens the policy recomputes are copied (first:K: the first K tokens'); the
-      // call reads the parent's own pages after them.
-      const int touched = job.policy.kind == RepairPolicy::Kind::First ? std::min(v.n_tokens, job.policy.first_tokens)
-                                                                       : v.n_tokens;
-      const std::vector<kernels::PageId>& cached = store_.record(v.message).pages.pages();
-      auto copy = std::make_unique<kv::PageList>(pool);
-      copy->reserve(touched);
-      for (size_t p = 0; p < copy->pages().size(); ++p)
-        pool.backend().copy_page(copy->pages()[p], cached[p], {0, pool.page_bytes()});
-      std::vector<kernels::PageId>& pages = w.repaired_pages[i];
-      pages = copy->pages();
-      pages.insert(pages.end(), cached.begin() + std::ptrdiff_t(copy->pages().size()),
-                   cached.begin() + std::ptrdiff_t(pool.layout().pages_for(size_t(v.n_tokens))));
-      w.repaired[i] = std::move(copy);
-      for (int t = 0; t < v.n_tokens; ++t) state[j].all.push_back({j, i, t});
-    }
-    if (state[j].all.empty()) {
-      w.repaired.clear();
-      w.repaired_pages.clear();
-      continue;
-    }
-    w.msg->repair = job.policy.tag();
-    state[j].layers.assign(state[j].all.size(), 0);
-    groups[{w.msg->model, job.policy.tag()}].push_back(j);
+    if (jobs[j].policy.none() || !prepare_repair(jobs[j], j, state[j])) continue;
+    jobs[j].work->msg->repair = jobs[j].policy.tag();
+    groups[{jobs[j].work->msg->model, jobs[j].policy.tag()}].push_back(j);
   }
-  for (const auto& group : groups) {
-    const std::pair<int, uint64_t>& key = group.first;
-    const std::vector<size_t>& members = group.second;  // a reference the lambda below can capture (clang)
+  for (const auto& [key, members] : groups) {
     const RepairPolicy policy = RepairPolicy::from_tag(key.second);
-    const int n_layers = models_[size_t(key.first)].weights->config().n_layers;
-    const size_t dim = size_t(models_[size_t(key.first)].weights->config().dim);
-    if (policy.kind == RepairPolicy::Kind::First) {
-      // Left to the works' own first encoding pass (Work::pending_repair, Engine::encode_on).
-      for (size_t j : members)
-        for (size_t k = 0; k < state[j].all.size(); ++k)
-          if (state[j].all[k].token < policy.first_tokens) {
-            jobs[j].work->pending_repair.push_back({state[j].all[k].view, state[j].all[k].token});
-            state[j].layers[k] = n_layers;
-          }
+    if (policy.kind == RepairPolicy::Kind::Select) {
+      select_repairs(jobs, members, key.first, policy.select_fraction, state);
       continue;
     }
-    // select:R. Every pass runs the members' chosen rows together; each member narrows its own set.
-    const double r = policy.select_fraction;
+    // first:K: left to the works' own first encoding pass (Work::pending_repair, Engine::encode_on).
+    const int n_layers = models_[size_t(key.first)].weights->config().n_layers;
+    for (size_t j : members)
+      for (size_t k = 0; k < state[j].all.size(); ++k)
+        if (state[j].all[k].token < policy.first_tokens) {
+          jobs[j].work->pending_repair.push_back({state[j].all[k].view, state[j].all[k].token});
+          state[j].layers[k] = n_layers;
+        }
+  }
+  for (size_t j = 0; j < jobs.size(); ++j)
+    if (!state[j].all.empty()) account_repair(jobs[j], state[j]);
+}
+
+bool Engine::prepare_repair(const RepairJob& job, size_t j, RepairState& st) {
+  kv::PagePool& pool = store_.pool();
+  Work& w = *job.work;
+  const std::vector<bool> inexact = inexact_views(w.views, w.msg->model);
+  w.repaired.clear();
+  w.repaired.resize(w.views.size());
+  w.repaired_pages.clear();
+  w.repaired_pages.resize(w.views.size());
+  for (size_t i = 0; i < w.views.size(); ++i) {
+    const PlacedView& v = w.views[i];
+    if (!inexact[i] || v.n_tokens == 0) continue;
+    // Only the pages holding tokens the policy recomputes are copied (first:K: the first K tokens'); the
+    // call reads the parent's own pages after them.
+    const int touched = job.policy.kind == RepairPolicy::Kind::First ? std::min(v.n_tokens, job.policy.first_tokens)
+                                                                     : v.n_tokens;
+    const std::vector<kernels::PageId>& cached = store_.record(v.message).pages.pages();
+    auto copy = std::make_unique<kv::PageList>(pool);
+    copy->reserve(touched);
+    for (size_t p = 0; p < copy->pages().size(); ++p)
+      pool.backend().copy_page(copy->pages()[p], cached[p], {0, pool.page_bytes()});
+    std::vector<kernels::PageId>& pages = w.repaired_pages[i];
+    pages = copy->pages();
+    pages.insert(pages.end(), cached.begin() + std::ptrdiff_t(copy->pages().size()),
+                 cached.begin() + std::ptrdiff_t(pool.layout().pages_for(size_t(v.n_tokens))));
+    w.repaired[i] = std::move(copy);
+    for (int t = 0; t < v.n_tokens; ++t) st.all.push_back({j, i, t});
+  }
+  if (st.all.empty()) {
+    w.repaired.clear();
+    w.repaired_pages.clear();
+    return false;
+  }
+  st.layers.assign(st.all.size(), 0);
+  return true;
+}
+
+void Engine::select_repairs(std::span<const RepairJob> jobs, const std::vector<size_t>& members, int model,
+                            double r, std::vector<RepairState>& state) {
+  const int n_layers = models_[size_t(model)].weights->config().n_layers;
+  const size_t dim = size_t(models_[size_t(model)].weights->config().dim);
+  for (size_t j : members) {
+    RepairState& st = state[j];
+    st.chosen.resize(st.all.size());
+    std::iota(st.chosen.begin(), st.chosen.end(), size_t(0));
+    st.rows = st.all;
+  }
+  // Every pass runs the members' chosen rows together; each member narrows its own set.
+  const auto run_pass = [&](int first, int end) {
+    std::vector<RepairRow> rows;
+    std::vector<float> x_in;
+    for (size_t j : members) {
+      rows.insert(rows.end(), state[j].rows.begin(), state[j].rows.end());
+      x_in.insert(x_in.end(), state[j].hidden.begin(), state[j].hidden.end());
+    }
+    std::vector<float> captured;
+    repair_pass(jobs, rows, first, end, first == 0 ? nullptr : x_in.data(), end < n_layers ? &captured : nullptr);
+    size_t at = 0;
     for (size_t j : members) {
       RepairState& st = state[j];
-      st.chosen.resize(st.all.size());
-      std::iota(st.chosen.begin(), st.chosen.end(), size_t(0));
-      st.rows = st.all;
+      for (size_t k : st.chosen) st.layers[k] = end;
+      if (end < n_layers)
+        st.hidden.assign(captured.begin() + std::ptrdiff_t(at * dim),
+                         captured.begin() + std::ptrdiff_t((at + st.rows.size()) * dim));
+      else
+        st.hidden.clear();
+      at += st.rows.size();
     }
-    const auto run_pass = [&](int first, int end) {
-      std::vector<RepairRow> rows;
-      std::vector<float> x_in;
-      for (size_t j : members) {
-        rows.insert(rows.end(), state[j].rows.begin(), state[j].rows.end());
-        x_in.insert(x_in.end(), state[j].hidden.begin(), state[j].hidden.end());
-      }
-      std::vector<float> captured;
-      repair_pass(jobs, rows, first, end, first == 0 ? nullptr : x_in.data(),
-                  end < n_layers ? &captured : nullptr);
-      size_t at = 0;
-      for (size_t j : members) {
-        RepairState& st = state[j];
-        for (size_t k : st.chosen) st.layers[k] = end;
-        if (end < n_layers)
-          st.hidden.assign(captured.begin() + std::ptrdiff_t(at * dim),
-                           captured.begin() + std::ptrdiff_t((at + st.rows.size()) * dim));
-        else
-          st.hidden.clear();
-        at += st.rows.size();
-      }
-    };
-    int layer = std::min(2, n_layers);
-    run_pass(0, layer);
-    while (layer < n_layers) {
-      for (size_t j : members) {
-        RepairState& st = state[j];
-        const size_t keep = std::min(st.chosen.size(), count_of(select_fraction_at(layer, r), st.all.size()));
-        if (keep == st.chosen.size()) continue;
-        // The tokens whose K/V at the layer before deviate most from the cached ones go on (ties: the earlier
-        // token first).
-        const std::vector<double> deviation = repair_deviation(*jobs[j].work, st.rows, layer - 1);
-        std::vector<size_t> order(st.chosen.size());
-        std::iota(order.begin(), order.end(), size_t(0));
-        std::stable_sort(order.begin(), order.end(),
-                         [&](size_t a, size_t b) { return deviation[a] > deviation[b]; });
-        order.resize(keep);
-        std::sort(order.begin(), order.end());
-        std::vector<size_t> chosen;
-        std::vector<RepairRow> rows;
-        std::vector<float> hidden;
-        for (size_t o : order) {
-          chosen.push_back(st.chosen[o]);
-          rows.push_back(st.rows[o]);
-          hidden.insert(hidden.end(), st.hidden.begin() + std::ptrdiff_t(o * dim),
-                        st.hidden.begin() + std::ptrdiff_t((o + 1) * dim));
-        }
-        st.chosen = std::move(chosen);
-        st.rows = std::move(rows);
-        st.hidden = std::move(hidden);
-      }
-      const int end = layer >= kLastNarrowedLayer ? n_layers : layer + 1;
-      run_pass(layer, end);
-      layer = end;
+  };
+  int layer = std::min(2, n_layers);
+  run_pass(0, layer);
+  while (layer < n_layers) {
+    for (size_t j : members) {
+      RepairState& st = state[j];
+      const size_t keep = std::min(st.chosen.size(), count_of(select_fraction_at(layer, r), st.all.size()));
+      if (keep < st.chosen.size()) narrow_repair(*jobs[j].work, st, layer - 1, keep, dim);
     }
+    const int end = layer >= kLastNarrowedLayer ? n_layers : layer + 1;
+    run_pass(layer, end);
+    layer = end;
   }
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    const RepairState& st = state[j];
-    if (st.all.empty()) continue;
-    const RepairJob& job = jobs[j];
-    const int n_layers = models_[size_t(job.work->msg->model)].weights->config().n_layers;
-    int64_t token_layers = 0;
-    for (int n : st.layers) token_layers += n;
-    const int repaired = int((token_layers + n_layers - 1) / n_layers);
-    if (job.stats) {
-      job.stats->n_repaired += repaired;
-      job.stats->n_computed += repaired;
-      job.stats->n_reused -= repaired;
-    }
-    if (job.report)
-      for (size_t k = 0; k < st.all.size(); ++k) {
-        if (k == 0 || st.all[k].view != st.all[k - 1].view)
-          job.report->push_back({job.work->views[st.all[k].view].message, {}});
-        job.report->back().layers.push_back(st.layers[k]);
-      }
+}
+
+void Engine::narrow_repair(const Work& w, RepairState& st, int layer, size_t keep, size_t dim) const {
+  const std::vector<double> deviation = repair_deviation(w, st.rows, layer);
+  std::vector<size_t> order(st.chosen.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return deviation[a] > deviation[b]; });
+  order.resize(keep);
+  std::sort(order.begin(), order.end());
+  std::vector<size_t> chosen;
+  std::vector<RepairRow> rows;
+  std::vector<float> hidden;
+  for (size_t o : order) {
+    chosen.push_back(st.chosen[o]);
+    rows.push_back(st.rows[o]);
+    hidden.insert(hidden.end(), st.hidden.begin() + std::ptrdiff_t(o * dim),
+                  st.hidden.begin() + std::ptrdiff_t((o + 1) * dim));
   }
+  st.chosen = std::move(chosen);
+  st.rows = std::move(rows);
+  st.hidden = std::move(hidden);
+}
+
+void Engine::account_repair(const RepairJob& job, const RepairState& st) const {
+  const int n_layers = models_[size_t(job.work->msg->model)].weights->config().n_layers;
+  int64_t token_layers = 0;
+  for (int n : st.layers) token_layers += n;
+  const int repaired = int((token_layers + n_layers - 1) / n_layers);
+  if (job.stats) {
+    job.stats->n_repaired += repaired;
+    job.stats->n_computed += repaired;
+    job.stats->n_reused -= repaired;
+  }
+  if (job.report)
+    for (size_t k = 0; k < st.all.size(); ++k) {
+      if (k == 0 || st.all[k].view != st.all[k - 1].view)
+        job.report->push_back({job.work->views[st.all[k].view].message, {}});
+      job.report->back().layers.push_back(st.layers[k]);
+    }
 }
 
 void Engine::repair_pass(std::span<const RepairJob> jobs, std::span<const RepairRow> rows, int first_layer,
