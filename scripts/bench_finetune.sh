@@ -47,19 +47,22 @@ if [[ ! -f "$DIR/adapter.gguf" ]]; then
     --val-traces "$DIR/traces-heldout.jsonl" --epochs "$EPOCHS" --lr "$LR" --accumulate "$ACCUMULATE" \
     --rank "$RANK" --seed "$SEED" -o "$DIR/adapter.gguf" "$@" 2>&1 | tee "$DIR/train.log"
 fi
+# eval_heldout OUT FLAGS...: `choreo eval` of the held-out rows into DIR/OUT (resumed), scored with QA-F1.
+eval_heldout() {
+  local out=$1
+  shift
+  "$CHOREO_BIN" eval "$wf" "${model[@]}" "$@" --data "$DIR/heldout.jsonl" --format jsonl --metric qa_f1 \
+    --concurrency 1 --out "$DIR/$out" --resume >/dev/null
+}
 say "held-out rows: prefix (baseline) and choreo"
-"$CHOREO_BIN" eval "$wf" "${model[@]}" --data "$DIR/heldout.jsonl" --format jsonl --metric qa_f1 \
-  --mode prefix --mode choreo --concurrency 1 --out "$DIR/eval-base.jsonl" --resume >/dev/null
+eval_heldout eval-base.jsonl --mode prefix --mode choreo
 say "held-out rows: choreo with the adapter"
-"$CHOREO_BIN" eval "$wf" "${model[@]}" --lora "$DIR/adapter.gguf" --data "$DIR/heldout.jsonl" --format jsonl \
-  --metric qa_f1 --mode choreo --concurrency 1 --out "$DIR/eval-lora.jsonl" --resume >/dev/null
+eval_heldout eval-lora.jsonl --mode choreo --lora "$DIR/adapter.gguf"
 parts=("$DIR/eval-lora.jsonl" choreo+adapter)
 if [[ -n "$REPAIR" ]]; then
   say "held-out rows: choreo with --repair $REPAIR, and with the adapter too"
-  "$CHOREO_BIN" eval "$wf" "${model[@]}" --repair "$REPAIR" --data "$DIR/heldout.jsonl" --format jsonl \
-    --metric qa_f1 --mode choreo --concurrency 1 --out "$DIR/eval-repair.jsonl" --resume >/dev/null
-  "$CHOREO_BIN" eval "$wf" "${model[@]}" --repair "$REPAIR" --lora "$DIR/adapter.gguf" --data "$DIR/heldout.jsonl" \
-    --format jsonl --metric qa_f1 --mode choreo --concurrency 1 --out "$DIR/eval-both.jsonl" --resume >/dev/null
+  eval_heldout eval-repair.jsonl --mode choreo --repair "$REPAIR"
+  eval_heldout eval-both.jsonl --mode choreo --repair "$REPAIR" --lora "$DIR/adapter.gguf"
   parts+=("$DIR/eval-repair.jsonl" "choreo+$REPAIR" "$DIR/eval-both.jsonl" "choreo+adapter+$REPAIR")
 fi
 # One file, each variant's rows as their own mode, scored together (the baseline is prefix).

@@ -13,23 +13,14 @@ held-out row each. No item is in both.
 """
 import json
 
-from finetune_multiqa_rows import arguments, around
+from finetune_multiqa_rows import answer_passage, arguments, around
 
 
 def main():
     ap = arguments(__doc__, train_items=83)
     ap.add_argument("--variants", type=int, default=2)
     a = ap.parse_args()
-    items = []
-    for x in json.load(open(a.musique)):
-        hit = None
-        for k, c in enumerate(x["ctxs"]):
-            ans = next((s for s in x["answers"] if s.lower() in c["text"].lower()), None)
-            if ans:
-                hit = (k, ans)
-                break
-        if hit:
-            items.append((x, hit))
+    items = [(x, hit) for x in json.load(open(a.musique)) if (hit := answer_passage(x))]
     if len(items) <= a.train_items:
         raise SystemExit(f"only {len(items)} items have an answer in a passage")
 

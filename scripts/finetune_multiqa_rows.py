@@ -28,6 +28,16 @@ def snippet(text, answer, window):
     return around(text, text.lower().find(answer.lower()), len(answer), window)
 
 
+def answer_passage(item):
+    """(k, answer): the first of the MuSiQue item's passages that holds one of its gold answers, and that answer
+    (the first of them it holds); None when no passage holds one."""
+    for k, c in enumerate(item["ctxs"]):
+        ans = next((s for s in item["answers"] if s.lower() in c["text"].lower()), None)
+        if ans:
+            return k, ans
+    return None
+
+
 def arguments(doc, train_items):
     """The flags both row makers take: the MuSiQue file, the two outputs, the snippet window, the split."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -45,11 +55,8 @@ def main():
     a = ap.parse_args()
     items = []
     for x in json.load(open(a.musique)):
-        for c in x["ctxs"]:
-            hit = next((ans for ans in x["answers"] if ans.lower() in c["text"].lower()), None)
-            if hit:
-                items.append((snippet(c["text"], hit, a.window), x["question"], x["answers"]))
-                break
+        if hit := answer_passage(x):
+            items.append((snippet(x["ctxs"][hit[0]]["text"], hit[1], a.window), x["question"], x["answers"]))
     if len(items) <= a.train_items + 1:
         raise SystemExit(f"only {len(items)} items have an answer in a passage")
 
