@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
+
+#include <fmt/ranges.h>
 
 #include "cli/run_output.h"
 #include "cli/stream_printer.h"
@@ -26,7 +29,26 @@ struct Served {
   std::map<std::string, dsl::Workflow> workflows;
   EngineFlags flags;
   std::string model_path;
+  std::set<std::string> settable;  // --workflow-params: the params a client may set
 };
+
+/// What a client is told of a failed run: an InputError's message and hint at its place in the workflow file,
+/// named without the server's directory and without quoting the file (the server's log has the whole error).
+std::string client_message(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const InputError& e) {
+    std::string where;
+    if (!e.where().file.empty()) {
+      SourceLocation at = e.where();
+      at.file = std::filesystem::path(at.file).filename().string();
+      where = at.to_string() + ": ";
+    }
+    return where + e.message() + (e.hint().empty() ? "" : " (" + e.hint() + ")");
+  } catch (...) {
+    return "the workflow run failed on the server; its log says why";
+  }
+}
 
 serve::ApiError bad_body(const std::string& param, const std::string& message) {
   return serve::ApiError(400, "invalid_request_error", "invalid_value", message, param);
@@ -57,7 +79,8 @@ std::unique_ptr<FILE, int (*)(FILE*)> emitting_file(const Emit* emit) {
 }
 
 nlohmann::ordered_json run(const Served& served, const std::string& name, const json& body,
-                           runtime::Engine& engine, const std::function<void()>& started, const Emit& emit) {
+                           runtime::Engine& engine, const std::function<void()>& started, const Emit& emit,
+                           const std::function<bool()>& cancelled) {
   const auto found = served.workflows.find(name);
   if (found == served.workflows.end()) {
     std::string names;
@@ -73,6 +96,17 @@ nlohmann::ordered_json run(const Served& served, const std::string& name, const 
   exec::RunArguments arguments;
   arguments.inputs = values(body, "inputs");
   arguments.params = values(body, "params");
+  // A param the workflow declares is set only when --workflow-params allows it; a name it does not declare is
+  // left to the run, whose error suggests the nearest one.
+  for (const auto& entry : arguments.params)
+    if (!served.settable.count(entry.first) &&
+        std::any_of(workflow.params.begin(), workflow.params.end(),
+                    [&](const dsl::Param& p) { return p.name.value == entry.first; }))
+      throw bad_body("params." + entry.first,
+                     fmt::format("clients may not set param '{}' on this server (it sets the params a client may "
+                                 "with --workflow-params NAME,...; it allows: {})",
+                                 entry.first, served.settable.empty() ? std::string("none")
+                                                                      : fmt::format("{}", fmt::join(served.settable, ", "))));
   // Every input is given and known before the run starts (a run finds a missing one only when it needs it).
   for (const dsl::Input& input : workflow.inputs)
     if (!arguments.inputs.count(input.name.value))
@@ -96,14 +130,22 @@ nlohmann::ordered_json run(const Served& served, const std::string& name, const 
     hooks.on_decode_start = [&](const std::vector<exec::DecodeBranch>& b) { printer.start(b); };
     hooks.on_token = [&](size_t branch, model::Token t) { printer.token(branch, t); };
     hooks.on_decoded = [&](const exec::MessageRecord& m) { printer.finished(m); };
+    hooks.cancelled = cancelled;
     exec::InstancesOptions options;
     options.hooks = [&](size_t) { return hooks; };
     outcomes = exec::run_instances(workflow, engine, {arguments}, options);
   }
   if (const std::exception_ptr error = outcomes.at(0).error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const exec::RunCancelled&) {
+      throw;
+    } catch (...) {
+    }
+    std::fprintf(stderr, "serve: workflow %s failed: %s", name.c_str(), describe_error(error).c_str());
     if (is_input_error(error))
-      throw serve::ApiError(400, "invalid_request_error", "invalid_workflow_input", describe_error(error));
-    throw serve::ApiError(500, "server_error", "workflow_failed", describe_error(error));
+      throw serve::ApiError(400, "invalid_request_error", "invalid_workflow_input", client_message(error));
+    throw serve::ApiError(500, "server_error", "workflow_failed", client_message(error));
   }
   if (workflow.output) emit(output_block(outcomes[0].result.output));
   return run_document(workflow, "choreo", false, served.flags.tiers_json(engine.tier_stats()),
@@ -113,10 +155,11 @@ nlohmann::ordered_json run(const Served& served, const std::string& name, const 
 }  // namespace
 
 serve::WorkflowRunner served_workflows(const std::string& dir, const EngineFlags& flags,
-                                       const std::string& model_path) {
+                                       const std::string& model_path, const std::vector<std::string>& settable) {
   auto served = std::make_shared<Served>();
   served->flags = flags;
   served->model_path = model_path;
+  served->settable.insert(settable.begin(), settable.end());
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
     throw InputError(fmt::format("--workflows {}: not a directory", dir),
@@ -135,9 +178,18 @@ serve::WorkflowRunner served_workflows(const std::string& dir, const EngineFlags
     throw InputError(fmt::format("--workflows {}: no workflow files (*.yaml, *.yml) in it", dir));
   serve::WorkflowRunner runner;
   for (const auto& [name, w] : served->workflows) runner.names.push_back(name);
+  for (const std::string& param : served->settable)
+    if (std::none_of(served->workflows.begin(), served->workflows.end(), [&](const auto& w) {
+          return std::any_of(w.second.params.begin(), w.second.params.end(),
+                             [&](const auto& p) { return p.name.value == param; });
+        }))
+      throw InputError(fmt::format("--workflow-params: no workflow in {} declares a param '{}'", dir, param),
+                       "name params the workflows declare under params:");
   runner.run = [served](const std::string& name, const json& body, runtime::Engine& engine,
-                        const std::function<void()>& started,
-                        const Emit& emit) { return run(*served, name, body, engine, started, emit); };
+                        const std::function<void()>& started, const Emit& emit,
+                        const std::function<bool()>& cancelled) {
+    return run(*served, name, body, engine, started, emit, cancelled);
+  };
   return runner;
 }
 

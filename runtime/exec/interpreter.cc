@@ -304,6 +304,7 @@ class Interpreter : public dsl::plan::Executor {
     // end-to-end time and token counts include them; those found already encoded cost nothing and are not.
     std::map<kv::MessageId, std::pair<runtime::CallStats, double>> encoded_now;
     const auto prefill = [&](std::vector<runtime::PrefillRequest> requests, bool modules) {
+      stop_if_cancelled();
       for (runtime::PrefillRequest& r : requests) r.read_by = read_by_.at(plan_node);
       const double start_ms = steady_ms();
       std::vector<runtime::PrefillResult> results = engine_.prefill_batch(std::move(requests));
@@ -482,7 +483,13 @@ class Interpreter : public dsl::plan::Executor {
     return r;
   }
 
+  /// RunHooks::cancelled: the run ends before its next engine batch.
+  void stop_if_cancelled() const {
+    if (hooks_.cancelled && hooks_.cancelled()) throw RunCancelled();
+  }
+
   std::vector<Value> prefill(const std::vector<Branch>& branches, std::string kind, const SourceLocation& where) {
+    stop_if_cancelled();
     std::vector<runtime::PrefillRequest> requests;
     for (const Branch& b : branches)
       requests.push_back({b.tokens, b.parents, b.new_offset, b.agent,
@@ -510,6 +517,7 @@ class Interpreter : public dsl::plan::Executor {
   }
 
   std::vector<Value> decode(const std::vector<Branch>& branches, const SourceLocation& where) {
+    stop_if_cancelled();
     std::vector<runtime::DecodeRequest> requests;
     for (const Branch& b : branches) {
       runtime::DecodeRequest d;
@@ -524,6 +532,7 @@ class Interpreter : public dsl::plan::Executor {
       d.model = b.model;
       d.read_by = b.read_by;
       d.repair = b.repair;
+      if (hooks_.cancelled) d.cancelled = hooks_.cancelled;
       if (hooks_.exact_tokens) d.exact_tokens = hooks_.exact_tokens(b.name);
       if (hooks_.record_logits) d.record_logits = hooks_.record_logits(b.name);
       if (hooks_.sampling) hooks_.sampling(b.name, d.sampling);

@@ -6,6 +6,7 @@
 // the plan's step of the same name, parents, offsets and agents (exec/plan_follower.h).
 
 #include <functional>
+#include <stdexcept>
 #include <map>
 #include <string>
 #include <vector>
@@ -102,6 +103,15 @@ struct RunHooks {
   /// After each batch: the index of the plan's batch (step) it was, and the messages it created (a PML
   /// message: each of its pieces).
   std::function<void(size_t plan_batch, const std::vector<kv::MessageId>& created)> on_plan_batch;
+  /// Asked before each engine batch and each decoded token: true ends the run (its decodes stop before their
+  /// next token, and the run throws RunCancelled before its next batch). `choreo serve` cancels a run whose
+  /// client left or that passed its time bound.
+  std::function<bool()> cancelled;
+};
+
+/// What a run throws when RunHooks::cancelled said so.
+struct RunCancelled : std::runtime_error {
+  RunCancelled() : std::runtime_error("the workflow run was cancelled") {}
 };
 
 /// Runs `workflow` once on `engine`. Inputs without a value and unknown or mistyped `--input`/`--param`

@@ -221,19 +221,110 @@ void parse_messages(const json& body, ApiRequest& r) {
 
 }  // namespace
 
+namespace {
+
+/// Counts a body's JSON values before any is built: nlohmann's values cost tens of bytes each (an object a map),
+/// so a 16 MiB body of `[{},{},...]` would cost half a gigabyte to build. Stops at the first value past `limit`.
+class ValueCounter final : public json::json_sax_t {
+ public:
+  explicit ValueCounter(size_t limit) : limit_(limit) {}
+  bool null() override { return count(); }
+  bool boolean(bool) override { return count(); }
+  bool number_integer(number_integer_t) override { return count(); }
+  bool number_unsigned(number_unsigned_t) override { return count(); }
+  bool number_float(number_float_t, const string_t&) override { return count(); }
+  bool string(string_t&) override { return count(); }
+  bool binary(binary_t&) override { return count(); }
+  bool start_object(std::size_t) override { return count(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return count(); }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    malformed_ = true;
+    return false;
+  }
+  bool over() const { return n_ > limit_; }
+  bool malformed() const { return malformed_; }
+
+ private:
+  bool count() { return ++n_ <= limit_; }
+  size_t limit_, n_ = 0;
+  bool malformed_ = false;
+};
+
+ApiError invalid_json(const std::string& message) {
+  return ApiError(400, "invalid_request_error", "invalid_json", message);
+}
+
+}  // namespace
+
 json parse_body(const std::string& body) {
   if (const size_t deep = dsl::expr::find_too_deep_json(body); deep != std::string::npos)
-    throw ApiError(400, "invalid_request_error", "invalid_json",
-                   fmt::format("the body nests lists and objects more than {} levels deep (at byte {})",
-                               dsl::expr::kMaxValueDepth, deep + 1));
+    throw invalid_json(fmt::format("the body nests lists and objects more than {} levels deep (at byte {})",
+                                   dsl::expr::kMaxValueDepth, deep + 1));
+  ValueCounter counter(kMaxBodyValues);
+  json::sax_parse(body, &counter, json::input_format_t::json, /*strict=*/true);
+  if (counter.malformed()) throw invalid_json("the body is not valid JSON");
+  if (counter.over())
+    throw invalid_json(fmt::format("the body holds more than {} JSON values; no request needs that many",
+                                   kMaxBodyValues));
   json v = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (v.is_discarded())
-    throw ApiError(400, "invalid_request_error", "invalid_json", "the body is not valid JSON");
-  if (!v.is_object()) throw ApiError(400, "invalid_request_error", "invalid_json", "the body must be a JSON object");
+  if (v.is_discarded()) throw invalid_json("the body is not valid JSON");
+  if (!v.is_object()) throw invalid_json("the body must be a JSON object");
   return v;
 }
 
+namespace {
+
+/// A field that asks for what choreo serve does not do yet (tool calls, structured output, log probabilities,
+/// penalties, logit biases) is refused, never ignored: an answer that silently lacks what was asked for is worse
+/// than an error. A field given with the value that asks for nothing (`logprobs: false`, a penalty of 0, an
+/// empty list, `response_format: {"type": "text"}`) is accepted, as clients send those defaults.
+void refuse_unimplemented(ApiKind kind, const json& body) {
+  const auto refuse = [](const std::string& name, const std::string& what) {
+    throw bad(name, fmt::format("'{}' is not supported by choreo serve yet ({}); leave it out", name, what),
+              "unsupported_parameter");
+  };
+  const auto asks = [&](const char* name) -> const json* {
+    const json* v = field(body, name);
+    if (!v) return nullptr;
+    if (v->is_boolean() && !v->get<bool>()) return nullptr;
+    if (v->is_number() && v->get<double>() == 0) return nullptr;
+    if ((v->is_array() || v->is_object() || v->is_string()) && v->empty()) return nullptr;
+    return v;
+  };
+  for (const char* name : {"tools", "functions"})
+    if (asks(name)) refuse(name, "tool calling");
+  for (const char* name : {"tool_choice", "function_call"})
+    if (const json* v = asks(name); v && !(v->is_string() && (*v == "none" || *v == "auto")) &&
+                                    !(v->is_object() && (v->value("type", "") == "none" || v->value("type", "") == "auto")))
+      refuse(name, "tool calling");
+  if (const json* v = asks("response_format"); v && !(v->is_object() && v->value("type", "") == "text"))
+    refuse("response_format", "structured output");
+  if (const json* text = field(body, "text"); kind == ApiKind::Responses && text && text->is_object())
+    if (const json* format = field(*text, "format"); format && !(format->is_object() && format->value("type", "") == "text"))
+      refuse("text.format", "structured output");
+  for (const char* name : {"logprobs", "top_logprobs"})
+    if (asks(name)) refuse(name, "log probabilities");
+  for (const char* name : {"frequency_penalty", "presence_penalty", "repetition_penalty"})
+    if (asks(name)) refuse(name, "sampling penalties");
+  if (asks("logit_bias")) refuse("logit_bias", "logit biases");
+  if (kind == ApiKind::Completions) {
+    if (asks("echo")) refuse("echo", "echoing the prompt");
+    if (asks("suffix")) refuse("suffix", "insertion");
+    if (const json* v = field(body, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
+      refuse("best_of", "best-of sampling");
+  }
+  if (kind == ApiKind::Messages)
+    if (const json* v = field(body, "thinking"); v && v->is_object() && v->value("type", "") != "disabled")
+      refuse("thinking", "extended thinking");
+}
+
+}  // namespace
+
 ApiRequest parse_request(ApiKind kind, const json& body) {
+  refuse_unimplemented(kind, body);
   ApiRequest r;
   r.kind = kind;
   r.model = text(body, "model", kind == ApiKind::Messages);

@@ -46,7 +46,12 @@ struct ApiRequest {
 /// Parses a request body of `kind` (a JSON object). ApiError 400 names the field that is wrong.
 ApiRequest parse_request(ApiKind kind, const nlohmann::json& body);
 
-/// Parses the body's JSON: ApiError 400 for malformed JSON, a value nested too deep, or not an object.
+/// The most JSON values a request body may hold (each costs tens of bytes once built; a long chat or an
+/// extension request with thousands of messages holds tens of thousands).
+inline constexpr size_t kMaxBodyValues = size_t(1) << 18;
+
+/// Parses the body's JSON: ApiError 400 for malformed JSON, a value nested too deep, more than kMaxBodyValues
+/// values (counted before any is built), or not an object.
 nlohmann::json parse_body(const std::string& body);
 
 /// The error body of `kind`'s API for `e`.

@@ -10,6 +10,24 @@ bool Generation::next(std::vector<TextEvent>* events) {
   return !events->empty() || !done_;
 }
 
+bool Generation::next_for(std::vector<TextEvent>* events, std::chrono::milliseconds poll, bool* timed_out) {
+  std::unique_lock lock(mutex_);
+  *timed_out = !changed_.wait_for(lock, poll, [&] { return done_ || !events_.empty(); });
+  events->assign(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
+  events_.clear();
+  return *timed_out || !events->empty() || !done_;
+}
+
+bool Generation::ended_within(std::chrono::milliseconds poll) {
+  std::unique_lock lock(mutex_);
+  return changed_.wait_for(lock, poll, [&] { return done_; });
+}
+
+bool Generation::admitted_within(std::chrono::milliseconds poll) {
+  std::unique_lock lock(mutex_);
+  return changed_.wait_for(lock, poll, [&] { return done_ || usage_; });
+}
+
 GenerationResult Generation::wait() {
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [&] { return done_; });

@@ -37,6 +37,13 @@ class Generation {
   /// Waits for text or the end. Moves the text out into `events`; false once the generation has ended and
   /// everything was taken.
   bool next(std::vector<TextEvent>* events);
+  /// As next(), but returns after `poll` at the latest: then `events` is empty and *timed_out is set (so that
+  /// the caller can look at its client meanwhile).
+  bool next_for(std::vector<TextEvent>* events, std::chrono::milliseconds poll, bool* timed_out);
+  /// Waits at most `poll` for the end; true once the generation has ended.
+  bool ended_within(std::chrono::milliseconds poll);
+  /// Waits at most `poll` for the prompt's evaluation (or the end); true once either came.
+  bool admitted_within(std::chrono::milliseconds poll);
   /// Waits until the prompt is evaluated; its usage, or what the generation threw.
   PromptUsage wait_admitted();
   /// The client is gone: the choices stop before their next token.

@@ -3,8 +3,11 @@
 #include <utility>  // before Boost.Asio, whose awaitable.hpp uses std::exchange
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <condition_variable>
 #include <list>
+
+#include <sys/socket.h>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -40,15 +43,23 @@ std::string lower(std::string s) {
   return s;
 }
 
-std::string error_json(const std::string& message, const std::string& type, const std::string& code) {
-  // The OpenAI error shape (runtime/serve/openai_api.cc writes the same for handler errors).
+/// The body of an error answered by the HTTP layer itself, in the shape of the API the path belongs to:
+/// Anthropic's for /v1/messages, else OpenAI's (runtime/serve/api.cc writes the same for handler errors).
+std::string error_json(const std::string& message, const std::string& type, const std::string& code,
+                       const std::string& target = {}) {
   std::string escaped;
   for (char c : message) {
     if (c == '"' || c == '\\') escaped += '\\';
     if (static_cast<unsigned char>(c) >= 0x20) escaped += c;
   }
+  if (target.rfind("/v1/messages", 0) == 0)
+    return fmt::format(R"({{"type": "error", "error": {{"type": "{}", "message": "{}"}}}})",
+                       type == "server_error" ? "api_error" : type, escaped);
   return fmt::format(R"({{"error": {{"message": "{}", "type": "{}", "code": "{}"}}}})", escaped, type, code);
 }
+
+/// What a connection is doing, as the accepting thread sees it when it must make room.
+enum class Phase { Waiting, Reading, Handling };
 
 /// A connection's answers.
 class Responder final : public HttpResponder {
@@ -68,8 +79,16 @@ class Responder final : public HttpResponder {
     res.keep_alive(keep_alive_);
     res.body() = body;
     res.prepare_payload();
+    if (head_) {  // the header a GET would get, without its body
+      http::response_serializer<http::string_body> serializer{res};
+      ok_ = !run_op(ioc_, stream_, timeout_,
+                    [&](auto handler) { http::async_write_header(stream_, serializer, handler); });
+      return;
+    }
     ok_ = !run_op(ioc_, stream_, timeout_, [&](auto handler) { http::async_write(stream_, res, handler); });
   }
+  /// Answers a HEAD request: headers only.
+  void set_head(bool head) { head_ = head; }
 
   void begin_stream(int status, const std::string& content_type) override {
     if (sent_) return;
@@ -104,13 +123,21 @@ class Responder final : public HttpResponder {
   bool sent() const override { return sent_; }
   bool ok() const { return ok_; }
 
+  bool client_gone() override {
+    char byte;
+    const ssize_t n = ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return false;   // bytes waiting (a pipelined request): still there
+    if (n == 0) return true;   // the client closed its side
+    return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;  // reset
+  }
+
  private:
   net::io_context& ioc_;
   beast::tcp_stream& stream_;
   std::chrono::seconds timeout_;
   bool keep_alive_;
   unsigned version_;
-  bool sent_ = false, streaming_ = false, ok_ = true;
+  bool sent_ = false, streaming_ = false, ok_ = true, head_ = false;
 };
 
 /// After an answer sent before the request was read whole (413): stop sending, then read and drop what the
@@ -134,10 +161,36 @@ void linger(net::io_context& ioc, beast::tcp_stream& stream) {
   }
 }
 
-/// One connection's requests, one after another, until it closes, fails a deadline or the server stops.
-void serve_connection(net::io_context& ioc, tcp::socket socket, const HttpLimits& limits, const HttpHandler& handler,
-                      const std::atomic<bool>& stopping) {
+/// A connection as the server keeps it: what it is doing and since when, so that the accepting thread can close
+/// the longest idle one when it needs room. `mutex` orders a close against the connection's own end and its
+/// start of a request: a connection that has begun handling is never closed from outside.
+struct Connection {
+  std::mutex mutex;
+  Phase phase = Phase::Waiting;
+  std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
+  int fd = -1;                     // while the connection's socket is open
+  std::atomic<bool> evicted{false};  // closed from outside
+  net::io_context* ioc = nullptr;
+
+  /// The connection thread's own moves between phases; false when it was evicted meanwhile.
+  bool enter(Phase p) {
+    std::lock_guard lock(mutex);
+    if (evicted) return false;
+    phase = p;
+    since = std::chrono::steady_clock::now();
+    return true;
+  }
+};
+
+/// One connection's requests, one after another, until it closes, fails a deadline, is evicted or the server
+/// stops.
+void serve_connection(net::io_context& ioc, tcp::socket socket, Connection& conn, const HttpLimits& limits,
+                      const HttpHandler& handler, const std::atomic<bool>& stopping) {
   beast::tcp_stream stream(std::move(socket));
+  {
+    std::lock_guard lock(conn.mutex);
+    conn.fd = stream.socket().native_handle();
+  }
   beast::flat_buffer buffer;
   std::string peer;
   {
@@ -145,31 +198,69 @@ void serve_connection(net::io_context& ioc, tcp::socket socket, const HttpLimits
     const tcp::endpoint remote = stream.socket().remote_endpoint(ec);
     if (!ec) peer = fmt::format("{}:{}", remote.address().to_string(), remote.port());
   }
+  // An error the HTTP layer answers itself, then closes the connection.
+  const auto refuse = [&](int status, const std::string& message, const char* type, const char* code,
+                          const std::string& target) {
+    Responder r(ioc, stream, std::chrono::seconds(5), false, 11);
+    r.send(status, "application/json", error_json(message, type, code, target));
+  };
   for (;;) {
+    if (!conn.enter(Phase::Waiting)) break;
+    // Idle until the request's first byte (a kept-alive connection between requests, or a new one).
+    beast::error_code ec;
+    if (buffer.size() == 0)
+      ec = run_op(ioc, stream, limits.idle, [&](auto h) {
+        stream.async_read_some(buffer.prepare(16 * 1024), [&buffer, h](beast::error_code e, size_t n) mutable {
+          buffer.commit(n);
+          h(e, n);
+        });
+      });
+    if (ec || !conn.enter(Phase::Reading)) break;
     http::request_parser<http::string_body> parser;
     parser.body_limit(limits.max_body_bytes);
     parser.header_limit(64 * 1024);
-    beast::error_code ec =
-        run_op(ioc, stream, limits.idle, [&](auto h) { http::async_read_header(stream, buffer, parser, h); });
-    if (!ec && !parser.is_done())
-      ec = run_op(ioc, stream, limits.timeout, [&](auto h) { http::async_read(stream, buffer, parser, h); });
-    if (ec == http::error::body_limit || ec == http::error::header_limit) {
-      Responder r(ioc, stream, std::chrono::seconds(5), false, 11);
-      r.send(413, "application/json",
-             error_json(fmt::format("the request is larger than the server's limit of {} bytes (--max-body-mib)",
-                                    limits.max_body_bytes),
-                        "invalid_request_error", "request_too_large"));
+    ec = run_op(ioc, stream, limits.header_timeout, [&](auto h) { http::async_read_header(stream, buffer, parser, h); });
+    const std::string target = parser.is_header_done() ? std::string(parser.get().target()) : std::string();
+    if (ec == http::error::header_limit) {
+      refuse(431, "the request's header is larger than the server's limit of 65536 bytes", "invalid_request_error",
+             "header_too_large", target);
+      linger(ioc, stream);
+      break;
+    }
+    if (ec == beast::error::timeout) {
+      refuse(408, fmt::format("the request's header did not arrive within {} s", limits.header_timeout.count()),
+             "invalid_request_error", "request_timeout", target);
+      break;
+    }
+    if (!ec && !parser.is_done()) {
+      // A client that asked to be told before it sends its body (Expect: 100-continue) is told now.
+      if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+        http::response<http::empty_body> go{http::status::continue_, 11};
+        ec = run_op(ioc, stream, std::chrono::seconds(5), [&](auto h) { http::async_write(stream, go, h); });
+      }
+      if (!ec) ec = run_op(ioc, stream, limits.timeout, [&](auto h) { http::async_read(stream, buffer, parser, h); });
+      if (ec == beast::error::timeout) {
+        refuse(408, fmt::format("the request's body did not arrive within {} s (--timeout)", limits.timeout.count()),
+               "invalid_request_error", "request_timeout", target);
+        break;
+      }
+    }
+    if (ec == http::error::body_limit) {
+      refuse(413,
+             fmt::format("the request is larger than the server's limit of {} bytes (--max-body-mib)",
+                         limits.max_body_bytes),
+             "invalid_request_error", "request_too_large", target);
       linger(ioc, stream);
       break;
     }
     if (ec) {
-      if (ec != http::error::end_of_stream && ec != net::error::operation_aborted && ec != beast::error::timeout &&
-          ec != net::error::connection_reset && ec != net::error::would_block) {
-        Responder r(ioc, stream, std::chrono::seconds(5), false, 11);
-        r.send(400, "application/json", error_json("malformed HTTP request: " + ec.message(), "invalid_request_error", "bad_http"));
-      }
+      if (ec != http::error::end_of_stream && ec != net::error::operation_aborted &&
+          ec != net::error::connection_reset && ec != net::error::would_block && ec != net::error::eof &&
+          !conn.evicted)
+        refuse(400, "malformed HTTP request: " + ec.message(), "invalid_request_error", "bad_http", target);
       break;
     }
+    if (!conn.enter(Phase::Handling)) break;
     const http::request<http::string_body>& in = parser.get();
     HttpRequest req;
     req.method = std::string(in.method_string());
@@ -178,17 +269,21 @@ void serve_connection(net::io_context& ioc, tcp::socket socket, const HttpLimits
     req.body = in.body();
     req.peer = peer;
     Responder r(ioc, stream, limits.timeout, in.keep_alive(), in.version());
+    r.set_head(in.method() == http::verb::head);
     try {
       handler(req, r);
     } catch (const std::exception& e) {
-      if (!r.sent()) r.send(500, "application/json", error_json(e.what(), "server_error", "internal"));
+      if (!r.sent()) r.send(500, "application/json", error_json(e.what(), "server_error", "internal", req.target));
     }
-    if (!r.sent()) r.send(500, "application/json", error_json("no answer", "server_error", "internal"));
+    if (!r.sent()) r.send(500, "application/json", error_json("no answer", "server_error", "internal", req.target));
     r.finish();
     if (!r.ok() || !in.keep_alive() || stopping) break;
   }
+  std::lock_guard lock(conn.mutex);
+  conn.fd = -1;
   beast::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  stream.socket().close(ignored);
 }
 
 }  // namespace
@@ -198,8 +293,32 @@ struct HttpServer::Impl {
   tcp::acceptor acceptor{accept_ioc};
   std::mutex mutex;
   std::condition_variable ended;
-  std::list<net::io_context*> live;  // connections' contexts, stopped on shutdown
+  std::list<std::shared_ptr<Connection>> live;  // stopped on shutdown; the longest idle one is evicted for room
   std::atomic<bool> stopping{false};
+
+  /// Closes the connection that has waited longest for a request, else the one that has taken longest to send
+  /// its request; false when every connection is running one.
+  bool evict_one() {
+    std::lock_guard lock(mutex);
+    std::shared_ptr<Connection> best;
+    Phase best_phase = Phase::Handling;
+    std::chrono::steady_clock::time_point best_since{};
+    for (const std::shared_ptr<Connection>& c : live) {
+      std::lock_guard conn_lock(c->mutex);
+      if (c->evicted || c->fd < 0 || c->phase == Phase::Handling) continue;
+      const bool better = !best || (c->phase != best_phase ? c->phase == Phase::Waiting : c->since < best_since);
+      if (!better) continue;
+      best = c;
+      best_phase = c->phase;
+      best_since = c->since;
+    }
+    if (!best) return false;
+    std::lock_guard conn_lock(best->mutex);
+    if (best->evicted || best->fd < 0 || best->phase == Phase::Handling) return false;  // it moved on meanwhile
+    best->evicted = true;
+    ::shutdown(best->fd, SHUT_RDWR);  // its pending read ends; its own thread closes the socket
+    return true;
+  }
 };
 
 HttpServer::HttpServer(const std::string& host, int port, HttpLimits limits, HttpHandler handler)
@@ -227,7 +346,7 @@ void HttpServer::stop() {
   impl_->acceptor.close(ignored);
   impl_->accept_ioc.stop();
   std::unique_lock lock(impl_->mutex);
-  for (net::io_context* ioc : impl_->live) ioc->stop();
+  for (const std::shared_ptr<Connection>& c : impl_->live) c->ioc->stop();
   impl_->ended.wait(lock, [&] { return connections_.load() == 0; });
 }
 
@@ -240,26 +359,36 @@ void HttpServer::run() {
       if (impl_->stopping) break;
       continue;
     }
+    // Full: an idle connection makes room (its thread ends on its own; the count may pass the limit by the
+    // connections being closed meanwhile). Else the new one is answered at once, without reading its request.
     if (connections_.load() >= limits_.max_connections) {
-      // Answered at once, without reading the request: the server is full.
-      beast::tcp_stream stream(std::move(socket));
-      http::response<http::string_body> res{http::status::service_unavailable, 11};
-      res.set(http::field::content_type, "application/json");
-      res.keep_alive(false);
-      res.body() = error_json("the server has too many connections; retry later", "server_error", "overloaded");
-      res.prepare_payload();
-      run_op(*ioc, stream, std::chrono::seconds(2), [&](auto h) { http::async_write(stream, res, h); });
-      continue;
+      if (impl_->evict_one()) {
+        ++evicted_;
+      } else {
+        ++refused_;
+        beast::tcp_stream stream(std::move(socket));
+        http::response<http::string_body> res{http::status::service_unavailable, 11};
+        res.set(http::field::content_type, "application/json");
+        res.set(http::field::retry_after, "1");
+        res.keep_alive(false);
+        res.body() = error_json("the server has too many connections running requests; retry later",
+                                "server_error", "overloaded");
+        res.prepare_payload();
+        run_op(*ioc, stream, std::chrono::seconds(2), [&](auto h) { http::async_write(stream, res, h); });
+        continue;
+      }
     }
     ++connections_;
-    std::thread([this, ioc = std::move(ioc), socket = std::move(socket)]() mutable {
-      {
-        std::lock_guard lock(impl_->mutex);
-        impl_->live.push_back(ioc.get());
-      }
-      serve_connection(*ioc, std::move(socket), limits_, handler_, impl_->stopping);
+    auto conn = std::make_shared<Connection>();
+    conn->ioc = ioc.get();
+    {
       std::lock_guard lock(impl_->mutex);
-      impl_->live.remove(ioc.get());
+      impl_->live.push_back(conn);
+    }
+    std::thread([this, conn, ioc = std::move(ioc), socket = std::move(socket)]() mutable {
+      serve_connection(*ioc, std::move(socket), *conn, limits_, handler_, impl_->stopping);
+      std::lock_guard lock(impl_->mutex);
+      impl_->live.remove(conn);
       --connections_;
       impl_->ended.notify_all();
     }).detach();

@@ -3,16 +3,24 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <strings.h>
 
 #include <fmt/format.h>
+#include <sodium.h>
 
 #include "common/error.h"
+#include "runtime/exec/interpreter.h"
 
 namespace choreo::serve {
 
 using nlohmann::json;
 
 namespace {
+
+/// How often a request's thread looks at its client while the answer is made.
+constexpr std::chrono::milliseconds kClientPoll{100};
+/// The status logged for a request whose client left before its answer was written (nginx's).
+constexpr int kClientClosedRequest = 499;
 
 int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -27,32 +35,95 @@ bool same_secret(const std::string& a, const std::string& b) {
 
 void send_json(HttpResponder& r, int status, const std::string& body) { r.send(status, "application/json", body); }
 
-/// A log line's text with control characters shown as '?', so a client cannot forge log lines.
-std::string printable(std::string s) {
-  for (char& c : s)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  return s;
+/// An error answer; a 429 says when to retry (Retry-After, as RFC 6585 suggests and the SDKs read).
+void send_error(HttpResponder& r, ApiKind kind, const ApiError& e) {
+  std::map<std::string, std::string> headers;
+  if (e.status == 429) headers["Retry-After"] = "1";
+  r.send(e.status, "application/json", error_body(kind, e), headers);
 }
+
+/// 405 for a route that takes other methods, with the Allow header RFC 9110 asks for.
+void method_not_allowed(HttpResponder& r, ApiKind kind, const std::string& allow, const std::string& what) {
+  r.send(405, "application/json",
+         error_body(kind, ApiError(405, "invalid_request_error", "method_not_allowed", "use " + allow + " " + what)),
+         {{"Allow", allow}});
+}
+
+/// The next code point of UTF-8 text at `i` (advancing it), or -1 for a byte that does not start a well-formed one.
+long next_code_point(const std::string& s, size_t& i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char b = byte(i);
+  const int n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xe ? 3 : (b >> 3) == 0x1e ? 4 : 0;
+  if (n == 0 || i + size_t(n) > s.size()) {
+    ++i;
+    return -1;
+  }
+  long cp = n == 1 ? b : b & (0x7f >> n);
+  for (int k = 1; k < n; ++k) {
+    if ((byte(i + size_t(k)) & 0xc0) != 0x80) {
+      ++i;
+      return -1;
+    }
+    cp = (cp << 6) | (byte(i + size_t(k)) & 0x3f);
+  }
+  static constexpr long kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kLeast[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+    ++i;
+    return -1;
+  }
+  i += size_t(n);
+  return cp;
+}
+
+}  // namespace
+
+/// A log line's text with every control character (C0, DEL, C1), line or paragraph separator, bidirectional
+/// override or isolate, and byte that is not UTF-8 shown as '?', so that a client can neither forge log lines
+/// nor make one read differently on a terminal (U+202E reverses what follows).
+std::string printable(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const size_t from = i;
+    const long cp = next_code_point(s, i);
+    const bool hidden = cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 ||
+                        (cp >= 0x200e && cp <= 0x200f) || (cp >= 0x202a && cp <= 0x202e) ||
+                        (cp >= 0x2066 && cp <= 0x2069) || cp == 0x061c;
+    if (hidden) out += '?';
+    else out.append(s, from, i - from);
+  }
+  return out;
+}
+
+namespace {
 
 }  // namespace
 
 Server::Server(std::unique_ptr<runtime::OpenedEngine> engine, std::vector<std::string> model_ids, ServeOptions options)
     : options_(std::move(options)), model_ids_(std::move(model_ids)), service_(std::move(engine), options_.extensions),
-      stored_(options_.max_stored_responses) {
-  id_salt_ = std::random_device{}();
-  id_salt_ = (id_salt_ << 32) ^ std::random_device{}();
+      stored_(options_.max_stored_responses, options_.max_stored_bytes) {
+  if (::sodium_init() < 0) throw RuntimeFailure("cannot initialise libsodium (ids are drawn from its CSPRNG)");
 }
 
 std::string Server::new_id(const char* prefix) {
-  return fmt::format("{}{:016x}{:08x}", prefix, id_salt_, ++next_id_);
+  // 128 bits from the operating system's CSPRNG: an id names a stored conversation or a message, so one
+  // client must not be able to guess another's (previous_response_id) or take it first (a 409 for the other).
+  unsigned char bytes[16];
+  ::randombytes_buf(bytes, sizeof bytes);
+  std::string id = prefix;
+  for (unsigned char b : bytes) id += fmt::format("{:02x}", b);
+  return id;
 }
 
 bool Server::authorized(const HttpRequest& request) const {
   if (options_.api_key.empty()) return true;
   std::string given = request.header("x-api-key");
   if (given.empty()) {
+    // RFC 9110: the scheme is case-insensitive ("bearer" is "Bearer"), with one or more spaces after it.
     const std::string auth = request.header("authorization");
-    if (auth.rfind("Bearer ", 0) == 0) given = auth.substr(7);
+    if (auth.size() > 6 && strncasecmp(auth.c_str(), "bearer", 6) == 0 && (auth[6] == ' ' || auth[6] == '\t'))
+      given = auth.substr(auth.find_first_not_of(" \t", 6) == std::string::npos ? auth.size()
+                                                                                 : auth.find_first_not_of(" \t", 6));
   }
   return !given.empty() && same_secret(given, options_.api_key);
 }
@@ -125,7 +196,8 @@ std::string Server::extension_gauges(const EngineService::Snapshot& s) {
 
 void Server::handle(const HttpRequest& request, HttpResponder& r) {
   const std::string path = request.target.substr(0, request.target.find('?'));
-  const bool get = request.method == "GET", post = request.method == "POST";
+  // HEAD is GET without the body (the HTTP layer leaves the body out).
+  const bool get = request.method == "GET" || request.method == "HEAD", post = request.method == "POST";
   struct Route {
     const char* path;
     ApiKind kind;
@@ -137,8 +209,7 @@ void Server::handle(const HttpRequest& request, HttpResponder& r) {
   for (const Route& route : routes) {
     if (path != route.path) continue;
     if (!post) {
-      send_json(r, 405, error_body(route.kind, ApiError(405, "invalid_request_error", "method_not_allowed",
-                                                        "use POST for " + path)));
+      method_not_allowed(r, route.kind, "POST", "for " + path);
       return metrics_.request(path, 405);
     }
     return generation(route.kind, path, request, r);
@@ -146,13 +217,15 @@ void Server::handle(const HttpRequest& request, HttpResponder& r) {
   static const std::string workflows = "/choreo/v1/workflows";
   if (path.rfind(workflows + "/", 0) == 0 && path.size() > workflows.size() + 1) {
     const int status = post ? workflow(path.substr(workflows.size() + 1), request, r) : 405;
-    if (!post)
-      send_json(r, 405, error_body(ApiKind::ChatCompletions, ApiError(405, "invalid_request_error", "method_not_allowed",
-                                                                      "use POST to run a workflow")));
+    if (!post) method_not_allowed(r, ApiKind::ChatCompletions, "POST", "to run a workflow");
     return metrics_.request(workflows, status);
   }
   int status = 200;
-  if (get && path == "/health") {
+  const bool get_route = path == "/health" || path == "/v1/models" || path == workflows || path == "/metrics";
+  if (get_route && !get) {
+    status = 405;
+    method_not_allowed(r, ApiKind::ChatCompletions, "GET, HEAD", "for " + path);
+  } else if (get && path == "/health") {
     send_json(r, 200, R"({"status":"ok"})");
   } else if (!authorized(request) && (path == "/v1/models" || path == "/metrics" || path == workflows)) {
     status = 401;
@@ -200,7 +273,7 @@ void Server::generation(ApiKind kind, const std::string& endpoint, const HttpReq
     return;
   } catch (const ApiError& e) {
     status = e.status;
-    if (!r.sent()) send_json(r, e.status, error_body(kind, e));
+    if (!r.sent()) send_error(r, kind, e);
   } catch (const InputError& e) {
     status = 400;
     if (!r.sent())
@@ -227,44 +300,76 @@ int Server::workflow(const std::string& name, const HttpRequest& request, HttpRe
       throw ApiError(400, "invalid_request_error", "invalid_type", "'stream' must be true or false", "stream");
     const bool stream = stream_field == body.end() || stream_field->get<bool>();
     // The run is a job on the engine thread (it runs alone there); its text comes back through a generation.
+    // It stops before its next token once its client is gone or it passed --workflow-timeout.
     auto g = std::make_shared<Generation>();
     auto record = std::make_shared<nlohmann::ordered_json>();
-    service_.post([g, record, name, body, run = options_.workflows.run](runtime::Engine& engine) {
+    auto timed_out = std::make_shared<std::atomic<bool>>(false);
+    const auto deadline = std::chrono::steady_clock::now() + options_.workflow_timeout;
+    service_.post([g, record, name, body, timed_out, deadline, run = options_.workflows.run](runtime::Engine& engine) {
+      const auto cancelled = [&] {
+        if (!timed_out->load() && std::chrono::steady_clock::now() >= deadline) *timed_out = true;
+        return g->cancelled() || timed_out->load();
+      };
       try {
-        *record = run(name, body, engine, [&] { g->admitted({}); }, [&](std::string text) { g->emit(0, std::move(text)); });
+        *record = run(name, body, engine, [&] { g->admitted({}); }, [&](std::string text) { g->emit(0, std::move(text)); },
+                      cancelled);
         g->finish({});
       } catch (...) {
         g->fail(std::current_exception());
       }
     });
-    g->wait_admitted();  // errors before the run starts are plain HTTP errors
+    bool gone = false;
+    while (!g->admitted_within(kClientPoll))
+      if (!gone && r.client_gone()) {
+        gone = true;
+        g->cancel();
+      }
     std::string text;
     std::vector<TextEvent> events;
     bool open = true;
-    if (stream) r.begin_stream(200, "text/event-stream");
-    while (g->next(&events))
-      for (const TextEvent& e : events) {
-        if (!stream) text += e.text;
-        else if (open) open = r.write("event: text\ndata: " + dumps(json{{"text", e.text}}) + "\n\n");
-      }
     try {
+      g->wait_admitted();  // errors before the run starts are plain HTTP errors
+      if (stream) r.begin_stream(200, "text/event-stream");
+      bool polled = false;
+      while (g->next_for(&events, kClientPoll, &polled)) {
+        if (polled && !gone && r.client_gone()) gone = true;
+        for (const TextEvent& e : events) {
+          if (!stream) text += e.text;
+          else if (open) open = r.write("event: text\ndata: " + dumps(json{{"text", e.text}}) + "\n\n");
+        }
+        if (!open) gone = true;
+        if (gone) g->cancel();
+      }
       g->wait();
+    } catch (const exec::RunCancelled&) {
+      if (!timed_out->load() || gone) {
+        log_workflow(name, kClientClosedRequest);
+        return kClientClosedRequest;
+      }
+      const ApiError e(503, "server_error", "workflow_timeout",
+                       fmt::format("the workflow run passed the server's bound of {} s (--workflow-timeout) and was "
+                                   "stopped",
+                                   options_.workflow_timeout.count()));
+      if (stream && open) r.write("event: error\ndata: " + error_body(errors, e) + "\n\n");
+      throw e;
     } catch (const ApiError& e) {
       if (stream && open) r.write("event: error\ndata: " + error_body(errors, e) + "\n\n");
       throw;
+    }
+    if (gone) {
+      log_workflow(name, kClientClosedRequest);
+      return kClientClosedRequest;
     }
     if (stream)
       r.write("event: result\ndata: " + record->dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n");
     else
       send_json(r, 200, nlohmann::ordered_json{{"text", text}, {"record", *record}}.dump(
                             -1, ' ', false, json::error_handler_t::replace));
-    if (options_.log_requests) {
-      std::fprintf(options_.log, "serve: workflow %s status=200\n", printable(name).c_str());
-      std::fflush(options_.log);
-    }
+    log_workflow(name, 200);
     return 200;
   } catch (const ApiError& e) {
-    if (!r.sent()) send_json(r, e.status, error_body(errors, e));
+    if (!r.sent()) send_error(r, errors, e);
+    log_workflow(name, e.status);
     return e.status;
   } catch (const std::exception& e) {
     if (!r.sent()) send_json(r, 500, error_body(errors, ApiError(500, "server_error", "internal", e.what())));
@@ -338,38 +443,68 @@ void Server::run_generation(ApiRequest& api, int model, HttpResponder& r, const 
   answer.message_id = extended ? api.choreo->output_id : "msg_" + answer.id.substr(std::strlen(prefix));
   const std::shared_ptr<Generation> g = extended ? start_extension(api, model) : start_plain(api, model);
   GenerationResult result;
+  // A client that leaves while its answer is made cancels it: its choices stop before their next token, and the
+  // request is logged 499 (nginx's "client closed request"). A non-streamed answer has nothing to write until
+  // the end, so the connection is looked at while it is made.
+  bool gone = false;
+  const auto look_at_client = [&] {
+    if (!gone && r.client_gone()) {
+      gone = true;
+      g->cancel();
+    }
+  };
   if (!api.stream) {
+    while (!g->ended_within(kClientPoll)) look_at_client();
     result = g->wait();
-    send_json(r, 200, answer_body(api, answer, result));
+    if (!gone) send_json(r, 200, answer_body(api, answer, result));
   } else {
+    std::vector<TextEvent> events;
+    bool timed_out = false;
+    while (!g->admitted_within(kClientPoll)) look_at_client();
     const PromptUsage usage = g->wait_admitted();  // errors before any event are plain HTTP errors
     r.begin_stream(200, "text/event-stream");
-    bool open = true;
+    bool open = !gone;
     for (const std::string& e : stream_start(api, answer, usage)) open = open && r.write(e);
-    std::vector<TextEvent> events;
-    while (g->next(&events))
+    while (g->next_for(&events, kClientPoll, &timed_out)) {
+      if (timed_out) look_at_client();
       for (const TextEvent& e : events)
         if (open && !(open = r.write(stream_text(api, answer, e.choice, e.text)))) g->cancel();
+      if (!open || gone) {
+        gone = true;
+        g->cancel();
+      }
+    }
     try {
       result = g->wait();
     } catch (const ApiError& e) {
-      if (open) r.write(stream_error(api, answer, e));
+      if (open && !gone) r.write(stream_error(api, answer, e));
       throw;
     }
-    for (const std::string& e : stream_end(api, answer, result)) open = open && r.write(e);
+    if (!gone)
+      for (const std::string& e : stream_end(api, answer, result)) open = open && r.write(e);
+    gone = gone || !open;
   }
-  if (api.kind == ApiKind::Responses && api.store && !extended) {
+  const int status = gone ? kClientClosedRequest : 200;
+  if (api.kind == ApiKind::Responses && api.store && !extended && !gone) {
     Stored s;
     s.model = model;
     const size_t system = !api.messages.empty() && api.messages[0].role == "system" ? 1 : 0;
     s.messages.assign(api.messages.begin() + ptrdiff_t(system), api.messages.end());
     s.messages.push_back({"assistant", result.choices.at(0).text});
+    size_t bytes = 0;
+    for (const model::ChatMessage& m : s.messages) bytes += sizeof m + m.role.size() + m.content.size();
     std::lock_guard lock(stored_mutex_);
-    stored_.put(answer.id, std::move(s));
+    stored_.put(answer.id, std::move(s), bytes);
   }
-  metrics_.request(endpoint, 200);
+  metrics_.request(endpoint, status);
   metrics_.generation(result.usage, result.completion_tokens, result.ttft_ms / 1000, result.total_ms / 1000);
-  log_line(answer.id, api, result, 200);
+  log_line(answer.id, api, result, status);
+}
+
+void Server::log_workflow(const std::string& name, int status) {
+  if (!options_.log_requests) return;
+  std::fprintf(options_.log, "serve: workflow %s status=%d\n", printable(name).c_str(), status);
+  std::fflush(options_.log);
 }
 
 void Server::log_line(const std::string& id, const ApiRequest& api, const GenerationResult& result, int status) {

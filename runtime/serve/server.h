@@ -27,10 +27,11 @@ struct WorkflowRunner {
   /// Runs workflow `name` on `engine` (on the engine thread) with the inputs and params of the request `body`:
   /// calls `started` once the run's plan is compiled (its inputs are good), `emit` with the text `choreo run`
   /// prints as it comes, and returns run's --json record. ApiError for an unknown name (404) or bad inputs (400)
-  /// and for a run that fails.
+  /// and for a run that fails; exec::RunCancelled once `cancelled` (asked between batches and tokens) says so.
   std::function<nlohmann::ordered_json(const std::string& name, const nlohmann::json& body, runtime::Engine& engine,
                                        const std::function<void()>& started,
-                                       const std::function<void(std::string)>& emit)>
+                                       const std::function<void(std::string)>& emit,
+                                       const std::function<bool()>& cancelled)>
       run;
 };
 
@@ -41,10 +42,15 @@ struct ServeOptions {
   bool metrics = false;           // GET /metrics
   bool log_requests = true;       // one line per request on `log`
   size_t max_stored_responses = size_t(1) << 14;
+  size_t max_stored_bytes = size_t(256) << 20;  // the text of stored responses, in all (the oldest go first)
   ExtensionOptions extensions;    // pins' budget and lease, names kept
   WorkflowRunner workflows;       // none: the workflow endpoint answers 404
+  std::chrono::seconds workflow_timeout{600};  // a workflow run is cancelled past it (503 workflow_timeout)
   std::FILE* log = stderr;
 };
+
+/// A log line's text with control characters, bidirectional controls and bytes that are not UTF-8 shown as '?'.
+std::string printable(const std::string& s);
 
 class Server {
  public:
@@ -95,14 +101,13 @@ class Server {
   std::string gauges();
   static std::string extension_gauges(const EngineService::Snapshot& s);
   void log_line(const std::string& id, const ApiRequest& api, const GenerationResult& result, int status);
+  void log_workflow(const std::string& name, int status);
 
   ServeOptions options_;
   std::vector<std::string> model_ids_;
   EngineService service_;
   Metrics metrics_;
   std::atomic<int> in_flight_{0};
-  std::atomic<uint64_t> next_id_{0};
-  uint64_t id_salt_ = 0;
   std::mutex stored_mutex_;
   BoundedMap<Stored> stored_;
 };

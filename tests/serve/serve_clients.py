@@ -728,7 +728,11 @@ def section_workflows(args):
         cases = [("debate", {"problem": "What is 6 times 7?"}, {"rounds": 3}, True),
                  ("hello", {"question": "What colour is the sky?"}, {}, False)]
         served = []
-        with Server(args.choreo, args.model, "--workflows", wf_dir) as s:
+        with Server(args.choreo, args.model, "--workflows", wf_dir, "--workflow-params", "rounds") as s:
+            st, b = raw(s, "POST", "/choreo/v1/workflows/debate",
+                        json.dumps({"inputs": {"problem": "x"}, "params": {"agents": 9}}).encode())
+            check(st == 400 and b["error"]["param"] == "params.agents",
+                  "a param --workflow-params does not allow: 400 naming it", b)
             st, listed = raw(s, "GET", "/choreo/v1/workflows")
             check(st == 200 and listed["data"] == ["debate", "hello"], "GET /choreo/v1/workflows lists them", listed)
             for name, inputs, params, stream in cases:
