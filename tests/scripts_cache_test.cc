@@ -26,11 +26,32 @@ fs::path source_root() {
   return source ? source : fs::current_path();
 }
 
+/// Whether a line of a script spells the cache directory itself: $XDG_CACHE_HOME, ~/.cache, $HOME/.cache
+/// (also ${HOME} and "$HOME"/), with or without a path after it, anything/.cache/..., or Path.home() / ".cache".
+bool spells_cache_dir(const std::string& line) {
+  static const std::regex spelled(R"(XDG_CACHE_HOME|(\$\{?HOME\}?"?|~)/\.cache\b|\.cache/|["']\.cache["'])");
+  return std::regex_search(line, spelled);
+}
+
+TEST_CASE("scripts: the cache-directory pattern catches every spelling, a path after it or not") {
+  // The pattern once required a '/' after ".cache", so `$HOME/.cache` and `~/.cache` at the end of a word passed.
+  for (const char* line : {R"(cache="$HOME/.cache")", "cache=$HOME/.cache", R"(d="${HOME}/.cache")", R"(d="$HOME"/.cache)",
+                           "d=~/.cache", R"(os.path.expanduser("~/.cache"))", "ls ~/.cache/choreo",
+                           R"(model="$HOME/.cache/choreo/models/m.gguf")", R"(Path.home() / ".cache")",
+                           R"(os.environ.get("XDG_CACHE_HOME"))", "x=$XDG_CACHE_HOME"}) {
+    CAPTURE(line);
+    CHECK(spells_cache_dir(line));
+  }
+  for (const char* line : {R"(source "$ROOT/scripts/cache_paths.sh")", R"(model="$CHOREO_CACHE/models")",
+                           "CMAKE_CXX_COMPILER_LAUNCHER=ccache", "d=$HOME/.cached", R"(venv = choreo_cache.venv())"}) {
+    CAPTURE(line);
+    CHECK_FALSE(spells_cache_dir(line));
+  }
+}
+
 TEST_CASE("scripts: none spells choreo's cache directory itself, the two files that resolve it excepted") {
   const fs::path scripts = source_root() / "scripts";
   REQUIRE_MESSAGE(fs::exists(scripts / "cache_paths.sh"), "set CHOREO_SOURCE_DIR to the source tree");
-  // The ways a script could spell it: $XDG_CACHE_HOME, "~/.cache", $HOME/.cache, Path.home() / ".cache".
-  const std::regex spelled(R"(XDG_CACHE_HOME|\.cache/|["']\.cache["'])");
   int n_scripts = 0;
   for (const fs::directory_entry& entry : fs::directory_iterator(scripts)) {
     const fs::path& path = entry.path();
@@ -44,7 +65,7 @@ TEST_CASE("scripts: none spells choreo's cache directory itself, the two files t
       ++number;
       const size_t first = line.find_first_not_of(" \t");
       if (first == std::string::npos || line[first] == '#') continue;  // comments may say where things go
-      CHECK_MESSAGE(!std::regex_search(line, spelled), name, ":", number, ": ", line);
+      CHECK_MESSAGE(!spells_cache_dir(line), name, ":", number, ": ", line);
     }
   }
   CHECK(n_scripts > 20);

@@ -48,7 +48,7 @@ ApiRequest parse_request(ApiKind kind, const nlohmann::json& body);
 
 /// The most JSON values a request body may hold (each costs tens of bytes once built; a long chat or an
 /// extension request with thousands of messages holds tens of thousands).
-inline constexpr size_t kMaxBodyValues = size_t(1) << 18;
+inline constexpr size_t kMaxBodyValues = size_t(1) << 19;
 
 /// Parses the body's JSON: ApiError 400 for malformed JSON, a value nested too deep, more than kMaxBodyValues
 /// values (counted before any is built), or not an object.

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/engine/model_set.h"
@@ -106,27 +107,68 @@ TEST_CASE("serve sessions: the cache takes the longest prefix, extends a session
   CHECK_FALSE(cache.make_room(pool.budget_bytes() + 1));
 }
 
+/// Whether `s` ends with a whole UTF-8 character (or is empty): the last lead byte is followed by exactly as
+/// many continuation bytes as it announces. A lead byte alone at the end is half a character, and so is a 3- or
+/// 4-byte character cut after its 2nd or 3rd byte, which ends in a continuation byte.
+bool ends_with_whole_character(std::string_view s) {
+  size_t continuations = 0;
+  while (continuations < s.size() && (static_cast<unsigned char>(s[s.size() - 1 - continuations]) & 0xC0) == 0x80)
+    ++continuations;
+  if (continuations == s.size()) return s.empty();  // only continuation bytes: no lead byte at all
+  const unsigned char lead = static_cast<unsigned char>(s[s.size() - 1 - continuations]);
+  const size_t length = lead < 0x80 ? 1 : (lead & 0xE0) == 0xC0 ? 2 : (lead & 0xF0) == 0xE0 ? 3 : (lead & 0xF8) == 0xF0 ? 4 : 0;
+  return length == continuations + 1;
+}
+
+TEST_CASE("serve text stream: the whole-character check itself rejects every cut of a 2-, 3- and 4-byte character") {
+  for (const std::string character : {"\xc3\xa9", "\xe2\x80\x94", "\xe4\xb8\xad", "\xf0\x9f\x98\x80", "\xf1\x9f\x9a\x80"}) {
+    const std::string text = "a" + character;
+    CHECK(ends_with_whole_character(text));
+    CHECK(ends_with_whole_character(text + "b"));
+    for (size_t cut = 1; cut < character.size(); ++cut) {
+      CAPTURE(character.size());
+      CAPTURE(cut);
+      CHECK_FALSE(ends_with_whole_character(text.substr(0, 1 + cut)));
+    }
+  }
+  CHECK(ends_with_whole_character(""));
+  CHECK_FALSE(ends_with_whole_character("\x80"));
+}
+
 TEST_CASE("serve text stream: shown text never holds a stop string or half a character, and adds up to the final text") {
   std::mt19937 rng(7);
   const std::vector<std::string> texts = {"Hello world. STOP here", "caf\xc3\xa9 au lait\xe2\x80\x94ok", "abcabcab",
-                                          "no stop at all \xf0\x9f\x98\x80!"};
-  const std::vector<std::vector<std::string>> stops = {{"STOP"}, {"lait"}, {"cab", "bca"}, {"zzz"}, {}};
+                                          "no stop at all \xf0\x9f\x98\x80!",
+                                          "\xe4\xb8\xad\xf0\x9f\x98\x80\xc3\xa9\xe2\x80\x94\xf0\x9f\x98\x80"};
+  const std::vector<std::vector<std::string>> stops = {{"STOP"}, {"lait"}, {"cab", "bca"}, {"zzz"}, {},
+                                                       {"\xf0\x9f\x98\x80!"}};
+  // The ways a text arrives: cut in two at every byte (so every cut position of every character is met), one
+  // byte at a time, and in random pieces of 1 to 4 bytes.
   for (const std::string& text : texts)
-    for (const auto& stop : stops)
-      for (int trial = 0; trial < 50; ++trial) {
+    for (const auto& stop : stops) {
+      std::vector<std::vector<size_t>> ways;
+      for (size_t cut = 1; cut < text.size(); ++cut) ways.push_back({cut, text.size() - cut});
+      ways.push_back(std::vector<size_t>(text.size(), 1));
+      for (int trial = 0; trial < 20; ++trial) {
+        std::vector<size_t> pieces;
+        for (size_t left = text.size(); left > 0;) {
+          const size_t n = std::min(left, size_t(1 + rng() % 4));
+          pieces.push_back(n);
+          left -= n;
+        }
+        ways.push_back(pieces);
+      }
+      for (const std::vector<size_t>& pieces : ways) {
         serve::TextStream stream(stop);
         std::string shown;
         size_t at = 0;
-        while (at < text.size() && !stream.stopped()) {
-          const size_t n = std::min(text.size() - at, size_t(1 + rng() % 4));
-          const std::string out = stream.append(std::string_view(text).substr(at, n));
+        for (size_t n : pieces) {
+          if (stream.stopped()) break;
+          shown += stream.append(std::string_view(text).substr(at, n));
           at += n;
-          shown += out;
           // Never a partial UTF-8 character at the end of what is shown.
-          if (!shown.empty()) {
-            const unsigned char last = static_cast<unsigned char>(shown.back());
-            CHECK((last < 0x80 || (last & 0xC0) == 0x80));
-          }
+          CAPTURE(at);
+          CHECK(ends_with_whole_character(shown));
         }
         const std::string final_text = stream.text();
         shown += stream.finish(final_text);
@@ -136,6 +178,7 @@ TEST_CASE("serve text stream: shown text never holds a stop string or half a cha
         CHECK(final_text == text.substr(0, first));
         CHECK(stream.stopped() == (first != std::string::npos));
       }
+    }
 }
 
 }  // namespace
