@@ -150,7 +150,7 @@ void register_serve(CLI::App& app) {
                   "connections close after it too (and sooner when the server needs their room)")
       ->check(CLI::Range(1, 86400));
   cmd->add_option("--header-timeout", o->header_timeout_s,
-                  "seconds a client has to send a request's header once its first byte came (then 408); default 10")
+                  "seconds a client has to send a request's header once its first byte came (else the connection is closed); default 10")
       ->check(CLI::Range(1, 3600));
   cmd->add_flag("--metrics", o->metrics, "serve GET /metrics (Prometheus text format)");
   cmd->add_option("--workflows", o->workflows_dir,

@@ -227,11 +227,6 @@ void serve_connection(net::io_context& ioc, tcp::socket socket, Connection& conn
       linger(ioc, stream);
       break;
     }
-    if (ec == beast::error::timeout) {
-      refuse(408, fmt::format("the request's header did not arrive within {} s", limits.header_timeout.count()),
-             "invalid_request_error", "request_timeout", target);
-      break;
-    }
     if (!ec && !parser.is_done()) {
       // A client that asked to be told before it sends its body (Expect: 100-continue) is told now.
       if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
@@ -239,11 +234,6 @@ void serve_connection(net::io_context& ioc, tcp::socket socket, Connection& conn
         ec = run_op(ioc, stream, std::chrono::seconds(5), [&](auto h) { http::async_write(stream, go, h); });
       }
       if (!ec) ec = run_op(ioc, stream, limits.timeout, [&](auto h) { http::async_read(stream, buffer, parser, h); });
-      if (ec == beast::error::timeout) {
-        refuse(408, fmt::format("the request's body did not arrive within {} s (--timeout)", limits.timeout.count()),
-               "invalid_request_error", "request_timeout", target);
-        break;
-      }
     }
     if (ec == http::error::body_limit) {
       refuse(413,
@@ -254,7 +244,9 @@ void serve_connection(net::io_context& ioc, tcp::socket socket, Connection& conn
       break;
     }
     if (ec) {
-      if (ec != http::error::end_of_stream && ec != net::error::operation_aborted &&
+      // A deadline passed (Beast has closed the socket: nothing can be answered), the client left, or the
+      // connection was evicted: it just ends.
+      if (ec != http::error::end_of_stream && ec != net::error::operation_aborted && ec != beast::error::timeout &&
           ec != net::error::connection_reset && ec != net::error::would_block && ec != net::error::eof &&
           !conn.evicted)
         refuse(400, "malformed HTTP request: " + ec.message(), "invalid_request_error", "bad_http", target);

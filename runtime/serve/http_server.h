@@ -3,7 +3,7 @@
 // connections and each connection gets a thread of its own, which reads a request, hands it to the handler and
 // writes the answer, whole or as a stream of chunks, keeping the connection alive between requests. Every read
 // and write has a deadline for the whole operation: a request's header must come within seconds of its first
-// byte (`header_timeout`, then 408), its body within `timeout` (a client sending a byte a second is cut off at
+// byte (`header_timeout`), its body within `timeout`, or the connection is closed (a client sending a byte a second is cut off at
 // it), and each write within `timeout`. A body is refused past its limit while it is read (413), a header past
 // 64 KiB too (431). Connections that are not running a request (idle between requests, or still sending one)
 // hold no slot: when `max_connections` are open, the longest idle one is closed to admit a new one (as nginx
@@ -58,7 +58,7 @@ using HttpHandler = std::function<void(const HttpRequest&, HttpResponder&)>;
 struct HttpLimits {
   uint64_t max_body_bytes = uint64_t(16) << 20;  // 413 past it
   std::chrono::seconds timeout{600};             // a request's body, and each write of an answer
-  std::chrono::seconds header_timeout{10};       // a request's header, from its first byte (then 408)
+  std::chrono::seconds header_timeout{10};       // a request's header, from its first byte (then closed)
   std::chrono::seconds idle{600};                // a kept-alive connection with no request
   int max_connections = 256;                     // open at once; past it an idle one is closed, else 503
 };

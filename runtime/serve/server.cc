@@ -9,6 +9,7 @@
 #include <sodium.h>
 
 #include "common/error.h"
+#include "common/utf8.h"
 #include "runtime/exec/interpreter.h"
 
 namespace choreo::serve {
@@ -49,31 +50,46 @@ void method_not_allowed(HttpResponder& r, ApiKind kind, const std::string& allow
          {{"Allow", allow}});
 }
 
-/// The next code point of UTF-8 text at `i` (advancing it), or -1 for a byte that does not start a well-formed one.
-long next_code_point(const std::string& s, size_t& i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char b = byte(i);
-  const int n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xe ? 3 : (b >> 3) == 0x1e ? 4 : 0;
-  if (n == 0 || i + size_t(n) > s.size()) {
-    ++i;
-    return -1;
+/// The client of a request whose answer is being made. Looked at between waits (without reading or blocking),
+/// it cancels the generation once the client has closed its side or a write to it failed: the generation's
+/// choices stop before their next token, and the request is logged 499 (nginx's "client closed request").
+class ClientWatch {
+ public:
+  ClientWatch(HttpResponder& responder, Generation& g) : responder_(responder), g_(g) {}
+  /// Looks at the client; true once it is gone.
+  bool look() {
+    if (!gone_ && responder_.client_gone()) lost();
+    return gone_;
   }
-  long cp = n == 1 ? b : b & (0x7f >> n);
-  for (int k = 1; k < n; ++k) {
-    if ((byte(i + size_t(k)) & 0xc0) != 0x80) {
-      ++i;
-      return -1;
+  /// The client is gone (a write to it failed).
+  void lost() {
+    gone_ = true;
+    g_.cancel();
+  }
+  bool gone() const { return gone_; }
+  /// Waits for the prompt's evaluation (or the end), looking at the client meanwhile.
+  void until_admitted() {
+    while (!g_.admitted_within(kClientPoll)) look();
+  }
+  /// Waits for the end, looking at the client meanwhile (a non-streamed answer has nothing to write till then).
+  void until_ended() {
+    while (!g_.ended_within(kClientPoll)) look();
+  }
+  /// Generation::next, looking at the client whenever no text came for a while.
+  bool next(std::vector<TextEvent>* events) {
+    bool polled = false;
+    while (g_.next_for(events, kClientPoll, &polled)) {
+      if (!polled) return true;
+      look();
     }
-    cp = (cp << 6) | (byte(i + size_t(k)) & 0x3f);
+    return false;
   }
-  static constexpr long kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kLeast[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
-    ++i;
-    return -1;
-  }
-  i += size_t(n);
-  return cp;
-}
+
+ private:
+  HttpResponder& responder_;
+  Generation& g_;
+  bool gone_ = false;
+};
 
 }  // namespace
 
@@ -84,20 +100,24 @@ std::string printable(const std::string& s) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
-    const size_t from = i;
-    const long cp = next_code_point(s, i);
+    const size_t n = valid_utf8_length(s, i);
+    if (n == 0) {  // not UTF-8
+      out += '?';
+      ++i;
+      continue;
+    }
+    const auto byte = [&](size_t k) { return uint32_t(static_cast<unsigned char>(s[i + k])); };
+    uint32_t cp = n == 1 ? byte(0) : byte(0) & (0x7fu >> n);
+    for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (byte(k) & 0x3f);
     const bool hidden = cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 ||
                         (cp >= 0x200e && cp <= 0x200f) || (cp >= 0x202a && cp <= 0x202e) ||
                         (cp >= 0x2066 && cp <= 0x2069) || cp == 0x061c;
     if (hidden) out += '?';
-    else out.append(s, from, i - from);
+    else out.append(s, i, n);
+    i += n;
   }
   return out;
 }
-
-namespace {
-
-}  // namespace
 
 Server::Server(std::unique_ptr<runtime::OpenedEngine> engine, std::vector<std::string> model_ids, ServeOptions options)
     : options_(std::move(options)), model_ids_(std::move(model_ids)), service_(std::move(engine), options_.extensions),
@@ -122,8 +142,7 @@ bool Server::authorized(const HttpRequest& request) const {
     // RFC 9110: the scheme is case-insensitive ("bearer" is "Bearer"), with one or more spaces after it.
     const std::string auth = request.header("authorization");
     if (auth.size() > 6 && strncasecmp(auth.c_str(), "bearer", 6) == 0 && (auth[6] == ' ' || auth[6] == '\t'))
-      given = auth.substr(auth.find_first_not_of(" \t", 6) == std::string::npos ? auth.size()
-                                                                                 : auth.find_first_not_of(" \t", 6));
+      if (const size_t key = auth.find_first_not_of(" \t", 6); key != std::string::npos) given = auth.substr(key);
   }
   return !given.empty() && same_secret(given, options_.api_key);
 }
@@ -227,7 +246,7 @@ void Server::handle(const HttpRequest& request, HttpResponder& r) {
     method_not_allowed(r, ApiKind::ChatCompletions, "GET, HEAD", "for " + path);
   } else if (get && path == "/health") {
     send_json(r, 200, R"({"status":"ok"})");
-  } else if (!authorized(request) && (path == "/v1/models" || path == "/metrics" || path == workflows)) {
+  } else if (!authorized(request) && get_route) {  // every GET route but /health, answered above
     status = 401;
     send_json(r, 401, error_body(ApiKind::ChatCompletions,
                                  ApiError(401, "authentication_error", "invalid_api_key", "a valid API key is required")));
@@ -318,31 +337,24 @@ int Server::workflow(const std::string& name, const HttpRequest& request, HttpRe
         g->fail(std::current_exception());
       }
     });
-    bool gone = false;
-    while (!g->admitted_within(kClientPoll))
-      if (!gone && r.client_gone()) {
-        gone = true;
-        g->cancel();
-      }
+    ClientWatch client(r, *g);
+    client.until_admitted();
     std::string text;
     std::vector<TextEvent> events;
     bool open = true;
     try {
       g->wait_admitted();  // errors before the run starts are plain HTTP errors
       if (stream) r.begin_stream(200, "text/event-stream");
-      bool polled = false;
-      while (g->next_for(&events, kClientPoll, &polled)) {
-        if (polled && !gone && r.client_gone()) gone = true;
+      while (client.next(&events)) {
         for (const TextEvent& e : events) {
           if (!stream) text += e.text;
           else if (open) open = r.write("event: text\ndata: " + dumps(json{{"text", e.text}}) + "\n\n");
         }
-        if (!open) gone = true;
-        if (gone) g->cancel();
+        if (!open && !client.gone()) client.lost();
       }
       g->wait();
     } catch (const exec::RunCancelled&) {
-      if (!timed_out->load() || gone) {
+      if (!timed_out->load() || client.gone()) {
         log_workflow(name, kClientClosedRequest);
         return kClientClosedRequest;
       }
@@ -356,7 +368,7 @@ int Server::workflow(const std::string& name, const HttpRequest& request, HttpRe
       if (stream && open) r.write("event: error\ndata: " + error_body(errors, e) + "\n\n");
       throw;
     }
-    if (gone) {
+    if (client.gone()) {
       log_workflow(name, kClientClosedRequest);
       return kClientClosedRequest;
     }
@@ -443,47 +455,35 @@ void Server::run_generation(ApiRequest& api, int model, HttpResponder& r, const 
   answer.message_id = extended ? api.choreo->output_id : "msg_" + answer.id.substr(std::strlen(prefix));
   const std::shared_ptr<Generation> g = extended ? start_extension(api, model) : start_plain(api, model);
   GenerationResult result;
-  // A client that leaves while its answer is made cancels it: its choices stop before their next token, and the
-  // request is logged 499 (nginx's "client closed request"). A non-streamed answer has nothing to write until
-  // the end, so the connection is looked at while it is made.
-  bool gone = false;
-  const auto look_at_client = [&] {
-    if (!gone && r.client_gone()) {
-      gone = true;
-      g->cancel();
-    }
-  };
+  ClientWatch client(r, *g);
   if (!api.stream) {
-    while (!g->ended_within(kClientPoll)) look_at_client();
+    client.until_ended();
     result = g->wait();
-    if (!gone) send_json(r, 200, answer_body(api, answer, result));
+    if (!client.gone()) send_json(r, 200, answer_body(api, answer, result));
   } else {
-    std::vector<TextEvent> events;
-    bool timed_out = false;
-    while (!g->admitted_within(kClientPoll)) look_at_client();
+    client.until_admitted();
     const PromptUsage usage = g->wait_admitted();  // errors before any event are plain HTTP errors
     r.begin_stream(200, "text/event-stream");
-    bool open = !gone;
+    bool open = !client.gone();
     for (const std::string& e : stream_start(api, answer, usage)) open = open && r.write(e);
-    while (g->next_for(&events, kClientPoll, &timed_out)) {
-      if (timed_out) look_at_client();
+    std::vector<TextEvent> events;
+    while (client.next(&events)) {
       for (const TextEvent& e : events)
-        if (open && !(open = r.write(stream_text(api, answer, e.choice, e.text)))) g->cancel();
-      if (!open || gone) {
-        gone = true;
-        g->cancel();
-      }
+        if (open) open = r.write(stream_text(api, answer, e.choice, e.text));
+      if (!open && !client.gone()) client.lost();
     }
+    open = open && !client.gone();
     try {
       result = g->wait();
     } catch (const ApiError& e) {
-      if (open && !gone) r.write(stream_error(api, answer, e));
+      if (open) r.write(stream_error(api, answer, e));
       throw;
     }
-    if (!gone)
+    if (open)
       for (const std::string& e : stream_end(api, answer, result)) open = open && r.write(e);
-    gone = gone || !open;
+    if (!open && !client.gone()) client.lost();
   }
+  const bool gone = client.gone();
   const int status = gone ? kClientClosedRequest : 200;
   if (api.kind == ApiKind::Responses && api.store && !extended && !gone) {
     Stored s;
