@@ -53,11 +53,22 @@ std::vector<std::string> model_ids(const runtime::ModelSet& set, const model::Mo
 /// read in the process list: said at start-up), else $CHOREO_API_KEY.
 std::string api_key(const ServeFlags& o) {
   if (!o.api_key_file.empty()) {
-    std::ifstream in(o.api_key_file);
-    std::string key;
-    if (!in || !std::getline(in, key))
+    // Only the first line is read, and at most 4 KiB of it: --api-key-file /dev/zero or a large file is an error,
+    // not a read of all of it.
+    constexpr size_t kMaxKeyBytes = 4096;
+    std::ifstream in(o.api_key_file, std::ios::binary);
+    std::string head(kMaxKeyBytes + 1, '\0');
+    if (in) in.read(head.data(), std::streamsize(head.size()));
+    if (!in.is_open() || in.bad())
       throw InputError(fmt::format("--api-key-file {}: cannot read it", o.api_key_file),
                        "give a file whose first line is the key");
+    head.resize(size_t(in.gcount()));
+    const size_t eol = head.find('\n');
+    if (eol == std::string::npos && head.size() > kMaxKeyBytes)
+      throw InputError(fmt::format("--api-key-file {}: its first line is longer than {} bytes", o.api_key_file,
+                                   kMaxKeyBytes),
+                       "write the key alone on the file's first line");
+    std::string key = head.substr(0, eol);
     while (!key.empty() && (key.back() == '\r' || key.back() == ' ' || key.back() == '\t')) key.pop_back();
     if (key.empty())
       throw InputError(fmt::format("--api-key-file {}: its first line is empty", o.api_key_file),
