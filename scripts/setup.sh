@@ -39,12 +39,22 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   say "creating Python venv $VENV"
   python3 -m venv --system-site-packages "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import llama_cpp, numpy" 2>/dev/null; then
+# Without the multimodal library (mtmd, LLAVA_BUILD): the tests use text models only, llama_cpp imports mtmd only
+# for its vision chat handlers, and skipping it saves a good part of the build. Without AMX: ggml builds with
+# -march=native, and on a CPU with AMX (Sapphire Rapids and later) its AMX matrix product segfaults on
+# SmolLM2's Q4_1 file (seen in ggml_backend_amx_mul_mat, llama-cpp-python 0.3.36); explicit -mno-amx-* flags win
+# over -march=native in GCC. The flags a venv's llama.cpp was built with are kept beside it, and a venv built
+# with others is rebuilt.
+LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' ${CMAKE_ARGS:-}"
+LLAMA_BUILT="$VENV/.choreo-llama-cpp-cmake-args"
+if ! "$VENV/bin/python" -c "import llama_cpp, numpy" 2>/dev/null ||
+   [[ "$(cat "$LLAMA_BUILT" 2>/dev/null)" != "$LLAMA_CMAKE_ARGS" ]]; then
   say "installing llama-cpp-python (builds llama.cpp from source; a few minutes)"
-  # Without the multimodal library (mtmd, LLAVA_BUILD): the tests use text models only, llama_cpp imports mtmd
-  # only for its vision chat handlers, and skipping it saves a good part of the build.
-  CMAKE_ARGS="-DLLAVA_BUILD=OFF ${CMAKE_ARGS:-}" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-    "$VENV/bin/pip" install -q "llama-cpp-python==0.3.36" numpy
+  rm -f "$LLAMA_BUILT"
+  CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+    "$VENV/bin/pip" install -q --no-cache-dir --force-reinstall --no-deps "llama-cpp-python==0.3.36"
+  "$VENV/bin/pip" install -q "llama-cpp-python==0.3.36" numpy  # its dependencies (already built: not rebuilt)
+  printf '%s' "$LLAMA_CMAKE_ARGS" >"$LLAMA_BUILT"
 fi
 # autograd: the independent reference for finetune's gradients (tests/reference/lora_grad_ref.py).
 if ! "$VENV/bin/python" -c "import autograd" 2>/dev/null; then
